@@ -1,0 +1,307 @@
+"""The Redis Coordinator, shared by many replicas (layer: coord; imports redis, ator.errors,
+coord.base).
+
+This is the boundary for redis-py: every `redis.exceptions.RedisError` (ConnectionError,
+TimeoutError, ...) leaving this module has been mapped to `CoordinationError`, once, here.
+
+Keys are `<prefix>lease:<key>`, `<prefix>mark:<key>` and `<prefix>hit:<key>:<window no>`;
+channels are `<prefix><channel>`. Pub/sub ignores the database number, so two deployments
+sharing a Redis server must differ in prefix, not just in db.
+
+Lease ownership is decided inside Redis by small Lua scripts (acquire-or-refresh,
+compare-and-pexpire, compare-and-delete), so two replicas can never both believe they hold
+a lease that Redis says is one token's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, cast
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+from redis.exceptions import RedisError
+
+from ator.coord.base import Subscription
+from ator.errors import ConfigError, CoordinationError
+
+__all__ = ["RedisCoordinator"]
+
+# SET NX first: the common case (free lease) is one command. If taken, refresh only when it
+# is ours, so a retried acquire after a lost reply cannot fail against ourselves.
+_ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+_EXTEND = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class _MapRedisErrors:
+    """`with _map_errors:` turns redis-py errors into CoordinationError; others pass."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, RedisError):
+            raise CoordinationError(f"redis: {type(exc).__name__}: {exc}") from exc
+
+
+_map_errors = _MapRedisErrors()  # stateless, so one instance serves every call
+
+
+def _millis(seconds: float, what: str) -> int:
+    if not seconds > 0:  # also rejects NaN
+        raise ValueError(f"{what} must be positive, got {seconds!r}")
+    return max(1, math.ceil(seconds * 1000))
+
+
+class _RedisSubscription:
+    """One pubsub connection; a reader task moves messages into an inbox queue.
+
+    The reader is ours, so close() can stop it cleanly: UNSUBSCRIBE, let the reader drain up
+    to the server's last unsubscribe confirmation, and only cancel it if that takes longer
+    than the coordinator's timeout (e.g. the server is gone).
+    """
+
+    def __init__(self, owner: RedisCoordinator, channels: tuple[str, ...]) -> None:
+        self._owner = owner
+        self._channels = channels  # prefixed
+        # Items: a message; None = end; an exception = the reader failed (raised to readers).
+        # Ends and failures are put back when seen so every iterator stops.
+        self._queue: asyncio.Queue[tuple[str, str] | BaseException | None] = asyncio.Queue()
+        self._pubsub: PubSub | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Subscription:
+        if self._closed or self._pubsub is not None:
+            raise RuntimeError("a subscription can be entered once")
+        owner = self._owner
+        pubsub = owner._client.pubsub()
+        self._pubsub = pubsub
+        owner._subscriptions.add(self)
+        try:
+            with _map_errors:
+                await pubsub.subscribe(*self._channels)
+                await self._confirmed(pubsub)
+        except BaseException:
+            await self.close()
+            raise
+        self._reader = asyncio.create_task(self._read(pubsub), name="ator-redis-subscription")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _confirmed(self, pubsub: PubSub) -> None:
+        # redis-py's subscribe() only writes the command. Until the server's confirmation
+        # for every channel is read, a PUBLISH from another connection may still beat it.
+        pending = set(self._channels)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._owner._timeout
+        while pending:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise CoordinationError("redis: SUBSCRIBE was not confirmed in time")
+            message = await pubsub.get_message(timeout=remaining)
+            if message is not None:
+                self._accept(message)
+                if message["type"] == "subscribe":
+                    pending.discard(message["channel"])
+
+    def _accept(self, message: dict[str, Any]) -> None:
+        if message["type"] == "message":
+            channel: str = message["channel"]
+            data: str = message["data"]
+            self._queue.put_nowait((channel[len(self._owner._prefix) :], data))
+
+    async def _read(self, pubsub: PubSub) -> None:
+        try:
+            while True:
+                message = await pubsub.get_message(timeout=None)
+                if message is None:
+                    continue
+                self._accept(message)
+                # After close() sent UNSUBSCRIBE, the last confirmation reports 0 channels.
+                if message["type"] == "unsubscribe" and message["data"] == 0:
+                    return
+        except RedisError as exc:
+            # redis-py already retried and resubscribed; this is final. Hand it to readers.
+            error = CoordinationError(f"redis: subscription lost: {exc}")
+            error.__cause__ = exc
+            self._queue.put_nowait(error)
+        except Exception as exc:  # a bug here must reach whoever iterates, not vanish
+            self._queue.put_nowait(exc)
+
+    async def __aiter__(self) -> AsyncIterator[tuple[str, str]]:
+        while True:
+            item = await self._queue.get()
+            if isinstance(item, tuple):
+                yield item
+                continue
+            self._queue.put_nowait(item)
+            if item is None:
+                return
+            raise item
+
+    async def close(self) -> None:
+        """Unsubscribe and close the pubsub connection; iterators get what was already
+        received, then stop. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._owner._subscriptions.discard(self)
+        pubsub, reader = self._pubsub, self._reader
+        try:
+            if pubsub is not None and reader is not None and not reader.done():
+                await self._stop_reader(pubsub, reader)
+        finally:
+            if reader is not None and not reader.done():
+                reader.cancel()
+                await asyncio.wait({reader})
+            self._queue.put_nowait(None)
+            if pubsub is not None:
+                with _map_errors:
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # unannotated upstream
+
+    async def _stop_reader(self, pubsub: PubSub, reader: asyncio.Task[None]) -> None:
+        try:
+            async with asyncio.timeout(self._owner._timeout):
+                await pubsub.unsubscribe()
+        except (RedisError, TimeoutError):
+            return  # the connection is unusable; close() cancels the reader instead
+        await asyncio.wait({reader}, timeout=self._owner._timeout)
+
+
+class RedisCoordinator:
+    """Coordinator over Redis (`redis://` or `rediss://` URL), for many replicas.
+
+    `timeout` bounds connecting, each command, and waiting for SUBSCRIBE confirmations.
+    Raises ConfigError for a URL redis-py cannot parse; every method raises
+    CoordinationError when Redis fails (except `ping`, which answers False).
+    """
+
+    name = "redis"
+
+    def __init__(self, url: str, *, prefix: str = "ator:", timeout: float = 5.0) -> None:
+        try:
+            self._client = Redis.from_url(
+                url,
+                decode_responses=True,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"invalid Redis URL: {exc}") from exc
+        self._prefix = prefix
+        self._timeout = timeout
+        self._subscriptions: set[_RedisSubscription] = set()
+        # register_script only hashes the text; the first call loads it into the server.
+        self._acquire = self._client.register_script(_ACQUIRE)
+        self._extend = self._client.register_script(_EXTEND)
+        self._release = self._client.register_script(_RELEASE)
+
+    # -- leases -----------------------------------------------------------------------------
+
+    async def acquire(self, key: str, token: str, ttl: float) -> bool:
+        """Take `key` for `token` if free or already ours (then the ttl restarts)."""
+        args = (token, _millis(ttl, "ttl"))
+        with _map_errors:
+            return bool(await self._acquire(keys=[self._prefix + "lease:" + key], args=args))
+
+    async def extend(self, key: str, token: str, ttl: float) -> bool:
+        """Restart the lease's ttl from now; False if `token` no longer holds it."""
+        args = (token, _millis(ttl, "ttl"))
+        with _map_errors:
+            return bool(await self._extend(keys=[self._prefix + "lease:" + key], args=args))
+
+    async def release(self, key: str, token: str) -> bool:
+        with _map_errors:
+            return bool(await self._release(keys=[self._prefix + "lease:" + key], args=(token,)))
+
+    async def holder(self, key: str) -> str | None:
+        with _map_errors:
+            token = await self._client.get(self._prefix + "lease:" + key)
+        return cast("str | None", token)  # decode_responses=True: never bytes
+
+    # -- pub/sub ----------------------------------------------------------------------------
+
+    async def publish(self, channel: str, message: str) -> None:
+        with _map_errors:
+            await self._client.publish(self._prefix + channel, message)
+
+    def subscribe(self, *channels: str) -> _RedisSubscription:
+        """Subscribe to `channels`. Entering returns once Redis confirmed the SUBSCRIBE, so
+        nothing published after that is missed. Raises CoordinationError on entering."""
+        if not channels:
+            raise ValueError("subscribe needs at least one channel")
+        prefixed = tuple(dict.fromkeys(self._prefix + channel for channel in channels))
+        return _RedisSubscription(self, prefixed)
+
+    # -- marks and counters -----------------------------------------------------------------
+
+    async def mark(self, key: str, ttl: float) -> None:
+        with _map_errors:
+            await self._client.set(self._prefix + "mark:" + key, "1", px=_millis(ttl, "ttl"))
+
+    async def take_mark(self, key: str) -> bool:
+        with _map_errors:
+            removed: int = await self._client.delete(self._prefix + "mark:" + key)
+        return removed > 0
+
+    async def hit(self, key: str, window: float) -> int:
+        """Count one event in the window `floor(wall time / window)`; returns the count so
+        far. Wall time, not monotonic: every replica must agree on the window number."""
+        window_ms = _millis(window, "window")
+        number = math.floor(time.time() / window)
+        name = f"{self._prefix}hit:{key}:{number}"
+        with _map_errors:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.incr(name)
+                pipe.pexpire(name, window_ms)
+                count, _ = await pipe.execute()
+        return int(count)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def ping(self) -> bool:
+        """True if Redis answers; False (never an exception) if it cannot be reached."""
+        try:
+            return bool(await self._client.ping())
+        except RedisError:
+            return False
+
+    async def close(self) -> None:
+        """Close live subscriptions, then the client and its connection pool."""
+        try:
+            for subscription in list(self._subscriptions):
+                await subscription.close()
+        finally:
+            with _map_errors:
+                await self._client.aclose()

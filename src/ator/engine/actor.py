@@ -1,0 +1,174 @@
+"""The thread actor: one lease per thread, a durable mailbox, one turn at a time (layer:
+engine; imports coord, store, engine.turn).
+
+    submit ─► mailbox INSERT (unique per client id) ─► mark "more work" ─► wake
+    wake   ─► (one local pump per thread) take lease ─► run turns until the mailbox is empty
+           ─► release ─► if the mark was set meanwhile, go again
+
+The mark closes the race between "drained nothing" and "released": a message that arrives
+in between finds the lease taken, but its mark makes the releasing pump look again. If the
+replica that took a message dies before running it, the reaper's sweep wakes the thread.
+
+Stop travels over the coordinator (`ator:abort`), so it reaches whichever replica owns the
+turn, and keeps its typed reason (`cancelled:user`, `cancelled:shutdown`, …).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from typing import Any
+from uuid import UUID
+
+from ator.coord.base import Coordinator
+from ator.engine.turn import TurnHandle, TurnRunner
+from ator.obs.logging import get_logger
+from ator.store import turns as turn_store
+from ator.store.database import Database
+from ator.store.scope import Scope
+
+__all__ = ["ABORT_CHANNEL", "Actor"]
+
+ABORT_CHANNEL = "ator:abort"
+log = get_logger("ator.engine.actor")
+
+
+def _lease_key(thread_id: UUID) -> str:
+    return f"lease:thread:{thread_id}"
+
+
+def _mark_key(thread_id: UUID) -> str:
+    return f"more:thread:{thread_id}"
+
+
+class Actor:
+    def __init__(
+        self, *, db: Database, coord: Coordinator, runner: TurnRunner, owner: str, lease_ttl: float
+    ) -> None:
+        self.db = db
+        self.coord = coord
+        self.runner = runner
+        self.owner = owner
+        self.lease_ttl = lease_ttl
+        self._pumps: dict[UUID, asyncio.Task[None]] = {}
+        self._running: dict[UUID, TurnHandle] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self._closing = False
+
+    async def start(self) -> None:
+        ready = asyncio.Event()
+        self._listener = asyncio.create_task(self._listen_aborts(ready), name="ator-abort-listener")
+        await ready.wait()
+
+    async def close(self) -> None:
+        """Stop accepting work; running turns end as `cancelled:shutdown`, persisted."""
+        self._closing = True
+        for handle in list(self._running.values()):
+            handle.stop("shutdown")
+        pumps = list(self._pumps.values())
+        if pumps:
+            await asyncio.gather(*pumps, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+
+    @property
+    def running(self) -> dict[UUID, TurnHandle]:
+        return self._running
+
+    async def notify(self, scope: Scope, thread_id: UUID) -> None:
+        """A new item is in the mailbox: make sure some replica runs the thread."""
+        await self.coord.mark(_mark_key(thread_id), self.lease_ttl * 4)
+        self.wake(scope, thread_id)
+
+    def wake(self, scope: Scope, thread_id: UUID, *, force: bool = False) -> None:
+        """Run the thread here if no local pump does. `force` runs one drain even without a
+        mark (the reaper's sweep of items nobody picked up)."""
+        if self._closing or thread_id in self._pumps:
+            return
+        task = asyncio.create_task(
+            self._pump(scope, thread_id, force), name=f"ator-pump-{thread_id}"
+        )
+        self._pumps[thread_id] = task
+        task.add_done_callback(lambda _t: self._pumps.pop(thread_id, None))
+
+    async def stop(self, thread_id: UUID, reason: str = "user") -> None:
+        """Abort the thread's running turn wherever it runs."""
+        payload = json.dumps({"thread_id": str(thread_id), "reason": reason})
+        await self.coord.publish(ABORT_CHANNEL, payload)
+
+    async def _listen_aborts(self, ready: asyncio.Event) -> None:
+        async with self.coord.subscribe(ABORT_CHANNEL) as sub:
+            ready.set()
+            async for _channel, message in sub:
+                try:
+                    data = json.loads(message)
+                    handle = self._running.get(UUID(data["thread_id"]))
+                except (ValueError, KeyError, TypeError):
+                    log.warning("ignoring malformed abort message", extra={"raw": message[:200]})
+                    continue
+                if handle is not None:
+                    handle.stop(str(data.get("reason", "user")))
+
+    async def _pump(self, scope: Scope, thread_id: UUID, force: bool) -> None:
+        token = f"{self.owner}:{uuid.uuid4().hex[:12]}"
+        key = _lease_key(thread_id)
+        mark = _mark_key(thread_id)
+        try:
+            while not self._closing:
+                if not await self.coord.acquire(key, token, self.lease_ttl):
+                    return  # another pump owns it; the mark makes that pump look again
+                try:
+                    # Every submit sets the mark after its INSERT committed, so "no mark"
+                    # means nothing arrived since our last drain: no empty drain needed.
+                    while not self._closing and (await self.coord.take_mark(mark) or force):
+                        force = False
+                        await self._one_turn(scope, thread_id, token)
+                finally:
+                    await self.coord.release(key, token)
+                # A submit between our last look and the release found the lease taken.
+                if not await self.coord.take_mark(mark):
+                    return
+                force = True
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Postgres or the coordinator failed; the items stay pending and the reaper's
+            # sweep wakes the thread again.
+            log.exception("thread pump failed")
+
+    async def _one_turn(self, scope: Scope, thread_id: UUID, token: str) -> bool:
+        heartbeat: asyncio.Task[None] | None = None
+
+        def on_start(handle: TurnHandle) -> None:
+            nonlocal heartbeat
+            self._running[thread_id] = handle
+            heartbeat = asyncio.create_task(self._heartbeat(thread_id, token, handle))
+
+        try:
+            return await self.runner.run(scope, thread_id, on_start)
+        finally:
+            self._running.pop(thread_id, None)
+            if heartbeat is not None:
+                heartbeat.cancel()
+
+    async def _heartbeat(self, thread_id: UUID, token: str, handle: TurnHandle) -> None:
+        """Keep the lease and the turn row alive; a lost lease aborts the turn."""
+        key = _lease_key(thread_id)
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            try:
+                ok = await self.coord.extend(key, token, self.lease_ttl)
+                ok = await turn_store.heartbeat(self.db, handle.turn_id) and ok
+            except Exception:
+                log.warning("heartbeat failed", exc_info=True)
+                continue
+            if not ok:
+                handle.stop("lost")
+                return
+
+    def debug_state(self) -> dict[str, Any]:
+        return {"pumps": len(self._pumps), "running": len(self._running)}

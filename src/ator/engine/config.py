@@ -1,0 +1,65 @@
+"""Freezing a turn's effective configuration (layer: engine; imports agent, security, store).
+
+At turn start the setup, thread instructions, caps and mounted tools are frozen into a
+snapshot stored with the turn. The snapshot is redacted (secret references stay, anything
+secret-looking goes) and hashed, so two turns with the same hash ran under the same config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ator.agent.caps import Caps
+from ator.security.redact import redact
+from ator.store.turns import TurnContext
+
+__all__ = ["FrozenConfig", "freeze"]
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenConfig:
+    caps: Caps
+    snapshot: dict[str, Any]
+    hash: str
+    allow: list[str] | None
+    deny: list[str]
+    cache: bool
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def freeze(ctx: TurnContext, *, engine_version: str) -> FrozenConfig:
+    """Raises ConfigError when the setup's caps are invalid."""
+    caps = Caps.from_config(ctx.config.get("caps"))
+    policy = ctx.tool_policy or {}
+    allow = policy.get("allow")
+    deny = list(policy.get("deny") or [])
+    snapshot = {
+        "engine": engine_version,
+        "setup": {
+            "id": str(ctx.setup_id),
+            "name": ctx.setup_name,
+            "version": ctx.setup_version,
+            "provider": ctx.provider,
+            "model": ctx.model,
+            "persona_hash": _digest(ctx.persona),
+            "config": redact({k: v for k, v in ctx.config.items() if k != "caps"}),
+            "tool_policy": redact(policy),
+        },
+        "thread": {"instructions_hash": _digest(ctx.instructions), "depth": ctx.depth},
+        "caps": asdict(caps),
+    }
+    canonical = json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str)
+    return FrozenConfig(
+        caps=caps,
+        snapshot=snapshot,
+        hash=hashlib.sha256(canonical.encode()).hexdigest(),
+        allow=list(allow) if allow is not None else None,
+        deny=deny,
+        cache=bool(ctx.config.get("prompt_cache", True)),
+    )

@@ -1,0 +1,86 @@
+"""The reaper: one leader closes turns whose owner died and re-wakes forgotten threads
+(layer: engine; imports coord, store, engine.actor, engine.turn).
+
+Every replica runs a Reaper; only the one holding the `lease:reaper` lease acts. Each tick:
+1. turns still `running` whose heartbeat is older than the lease TTL are closed as
+   `error:lost` with a `turn_ended` event, so the thread is usable again and its history
+   stays valid;
+2. threads with mailbox items pending for longer than the TTL (the replica that accepted
+   them died before running them) are woken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+
+from ator.coord.base import Coordinator
+from ator.engine.actor import Actor
+from ator.engine.turn import TurnRunner
+from ator.obs.logging import get_logger
+from ator.store import mailbox as mailbox_store
+from ator.store import turns as turn_store
+from ator.store.database import Database
+from ator.store.scope import Scope
+
+__all__ = ["Reaper"]
+
+log = get_logger("ator.engine.reaper")
+_LEASE = "lease:reaper"
+
+
+class Reaper:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        coord: Coordinator,
+        actor: Actor,
+        runner: TurnRunner,
+        owner: str,
+        ttl: float,
+        interval: float,
+    ) -> None:
+        self.db = db
+        self.coord = coord
+        self.actor = actor
+        self.runner = runner
+        self.token = f"{owner}:reaper:{uuid.uuid4().hex[:8]}"
+        self.ttl = ttl
+        self.interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="ator-reaper")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.coord.release(_LEASE, self.token)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if await self.coord.acquire(_LEASE, self.token, self.interval * 3):
+                    await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reaper tick failed")
+            await asyncio.sleep(self.interval)
+
+    async def tick(self) -> int:
+        """One sweep; returns how many turns it closed."""
+        lost = await turn_store.reap_lost_turns(self.db, self.ttl)
+        for turn in lost:
+            log.warning("closed lost turn", extra={"lost_turn": str(turn.turn_id),
+                                                   "owner": turn.owner})
+            # Tell listeners (waiters, sockets) the turn ended; the event is already committed.
+            await self.runner.publish(Scope(turn.org_id), turn.thread_id, [turn.ended])
+        for org_id, thread_id in await mailbox_store.pending_threads(self.db, older_than=self.ttl):
+            self.actor.wake(Scope(org_id), thread_id, force=True)
+        return len(lost)
+

@@ -1,0 +1,158 @@
+"""The one exception tree of ator (layer: bottom; imports nothing from ator).
+
+    AtorError                      kind, retryable, status, code
+    ├── ConfigError                bad settings or setup (status 400)
+    ├── NotFound                   missing or another org's resource (404, never 403)
+    ├── Conflict                   state does not allow the operation (409)
+    ├── Forbidden                  role does not allow it within one's own org (403)
+    ├── ValidationFailed           bad input (422)
+    ├── RateLimited                too many requests (429, retry_after)
+    ├── BudgetExceeded             org monthly budget or a per-turn cap hit (402)
+    ├── SecretError                a secret reference cannot be resolved
+    ├── CoordinationError          lease/pubsub backend trouble (retryable)
+    ├── ProviderError              a model call failed; kind is the typed error_kind
+    │   └── ContextOverflow        the request does not fit the window
+    └── ToolError                  a tool failed; becomes an is_error tool_result
+
+Third-party exceptions are mapped once, at the boundary that calls them
+(providers/, coord/redis.py, store/database.py).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AtorError",
+    "BudgetExceeded",
+    "ConfigError",
+    "Conflict",
+    "ContextOverflow",
+    "CoordinationError",
+    "Forbidden",
+    "NotFound",
+    "ProviderError",
+    "RateLimited",
+    "SecretError",
+    "ToolError",
+    "ValidationFailed",
+]
+
+
+class AtorError(Exception):
+    """Base of every error ator raises on purpose."""
+
+    kind: str = "internal"
+    code: str = "internal_error"
+    status: int = 500
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if kind is not None:
+            self.kind = kind
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class ConfigError(AtorError):
+    kind = "config"
+    code = "invalid_config"
+    status = 400
+
+
+class NotFound(AtorError):
+    kind = "not_found"
+    code = "not_found"
+    status = 404
+
+
+class Conflict(AtorError):
+    kind = "conflict"
+    code = "conflict"
+    status = 409
+
+
+class Forbidden(AtorError):
+    kind = "forbidden"
+    code = "forbidden"
+    status = 403
+
+
+class ValidationFailed(AtorError):
+    kind = "validation"
+    code = "validation_failed"
+    status = 422
+
+
+class RateLimited(AtorError):
+    kind = "rate_limited"
+    code = "rate_limited"
+    status = 429
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class BudgetExceeded(AtorError):
+    kind = "budget"
+    code = "budget_exceeded"
+    status = 402
+
+
+class SecretError(AtorError):
+    kind = "secret"
+    code = "secret_unavailable"
+    status = 400
+
+
+class CoordinationError(AtorError):
+    kind = "coordination"
+    code = "coordination_unavailable"
+    status = 503
+    retryable = True
+
+
+class ProviderError(AtorError):
+    """A model call failed. `kind` is one of: rate_limit, overloaded, server, network,
+    timeout, auth, bad_request, context_overflow, not_found, refusal, protocol, unknown."""
+
+    kind = "unknown"
+    code = "provider_error"
+    status = 502
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "unknown",
+        retryable: bool = False,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, kind=kind, retryable=retryable)
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
+class ContextOverflow(ProviderError):
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message, kind="context_overflow", status_code=status_code)
+
+
+class ToolError(AtorError):
+    kind = "tool"
+    code = "tool_error"

@@ -1,0 +1,424 @@
+"""The Anthropic Messages API adapter (layer: providers; imports providers.base, errors and the
+`anthropic` SDK with its `httpx2` transport).
+
+`build_params` maps a ModelRequest to the request body (prompt-cache breakpoints included) and is
+pure, so the loop can persist exactly what was sent. `AnthropicProvider.stream` sends it with
+streaming on and turns the raw SSE events into normalized StreamEvents. SDK and transport
+exceptions are mapped to ProviderError here, once; the SDK never retries (the loop does).
+"""
+
+from __future__ import annotations
+
+import copy
+import email.utils
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final, Self
+
+import anthropic
+import httpx2
+from anthropic import types as wire
+
+from ator.errors import ConfigError, ContextOverflow, ProviderError
+from ator.providers.base import (
+    STOP_REASONS,
+    Message,
+    MessageStop,
+    ModelRequest,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseStart,
+    ToolUseStop,
+    Usage,
+)
+
+__all__ = ["DEFAULT_BASE_URL", "MAX_CACHE_BREAKPOINTS", "AnthropicProvider", "build_params"]
+
+DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+#: The API rejects a request with more blocks carrying cache_control than this.
+MAX_CACHE_BREAKPOINTS: Final = 4
+_EPHEMERAL: Final = {"type": "ephemeral"}
+
+# 429s that no amount of waiting clears within a turn: spend limits, not rate limits.
+_SPEND_LIMIT_CODES: Final = frozenset({"enforced_spend_limit_reached", "contract_spend_limit_reached"})
+_CONTEXT_OVERFLOW = re.compile(
+    r"prompt is too long|too many (?:input )?tokens|context (?:window|limit|length)"
+    r"|exceeds? (?:the )?(?:model'?s? )?(?:maximum )?context",
+    re.IGNORECASE,
+)
+
+
+# --------------------------------------------------------------------------- request mapping
+
+
+def build_params(request: ModelRequest) -> dict[str, Any]:
+    """The Messages API body (without `stream`) for `request`. Never mutates the request.
+
+    Thinking blocks go back only with their signature (the API rejects unsigned ones); empty
+    text blocks are dropped (the API rejects those too), and so is a message left empty.
+    With `request.cache`, at most MAX_CACHE_BREAKPOINTS blocks get `cache_control`, by
+    priority: the system prompt (the last block flagged `cache`, else the last block), the last
+    tool, the last block of the last user message, then earlier flagged system blocks.
+    """
+    system = [{"type": "text", "text": block.text} for block in request.system if block.text]
+    tools = [
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "input_schema": copy.deepcopy(tool.input_schema),
+        }
+        for tool in request.tools
+    ]
+    messages = [m for m in (_wire_message(m) for m in request.messages) if m["content"]]
+    if request.cache:
+        _place_breakpoints(request, system, tools, messages)
+
+    params: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": messages,
+    }
+    if system:
+        params["system"] = system
+    if tools:
+        params["tools"] = tools
+    # No temperature: API version 2026-10-21 (what SDK 2.x speaks) rejects any sampling
+    # parameter with a 400, even at its default, so `request.temperature` is ignored here.
+    if request.user_id:
+        params["metadata"] = {"user_id": request.user_id}
+    return params
+
+
+def _wire_message(message: Message) -> dict[str, Any]:
+    content = message.get("content")
+    blocks: list[Any] = (
+        [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    )
+    out: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "thinking":
+            if block.get("signature"):
+                out.append(
+                    {
+                        "type": "thinking",
+                        "thinking": block.get("thinking", ""),
+                        "signature": block["signature"],
+                    }
+                )
+            continue
+        if kind == "text" and not block.get("text"):
+            continue
+        # Our placement is the only one: a marker carried in from history would break the cap.
+        out.append({k: copy.deepcopy(v) for k, v in block.items() if k != "cache_control"})
+    return {"role": message["role"], "content": out}
+
+
+def _place_breakpoints(
+    request: ModelRequest,
+    system: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+) -> None:
+    # `system` skips empty layers, so map flags onto the blocks that were actually kept.
+    flags = [block.cache for block in request.system if block.text]
+    flagged = [i for i, flag in enumerate(flags) if flag]
+    chosen: list[dict[str, Any]] = []
+    if system:
+        chosen.append(system[flagged[-1] if flagged else -1])
+    if tools:
+        chosen.append(tools[-1])
+    last_user = next((m for m in reversed(messages) if m["role"] == "user"), None)
+    if last_user is not None:
+        chosen.append(last_user["content"][-1])
+    chosen.extend(system[i] for i in reversed(flagged[:-1]))
+    for block in chosen[:MAX_CACHE_BREAKPOINTS]:
+        block["cache_control"] = dict(_EPHEMERAL)
+
+
+# --------------------------------------------------------------------------- the provider
+
+
+class AnthropicProvider:
+    """A Provider on `anthropic.AsyncAnthropic` (Messages API, streaming).
+
+    Exactly one of `api_key` and `auth_token` (a Bearer token, for proxies) is required: with
+    neither, the SDK would fall back to environment variables and credential files, which must
+    never decide what a tenant's request carries. `http_client` must be an `httpx2.AsyncClient`
+    (the SDK's transport; it rejects `httpx` objects); when given, the caller owns and closes it.
+    Use as an async context manager or call `aclose()`.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        auth_token: str | None = None,
+        base_url: str | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        timeout: float = 600.0,
+        http_client: httpx2.AsyncClient | None = None,
+        name: str = "anthropic",
+    ) -> None:
+        if (api_key is None) == (auth_token is None):
+            raise ConfigError("anthropic provider needs exactly one of api_key and auth_token")
+        self.name = name
+        self._owns_http_client = http_client is None
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            auth_token=auth_token,
+            # Always explicit, so ANTHROPIC_BASE_URL in the environment cannot redirect us.
+            base_url=base_url or DEFAULT_BASE_URL,
+            default_headers=dict(default_headers or {}),
+            timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connection pool (not a caller-supplied http_client)."""
+        if self._owns_http_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Stream one model call. Raises ProviderError (ContextOverflow for a prompt that does
+        not fit); a stream that ends before `message_stop` is a retryable `protocol` error.
+        Closing or cancelling the iterator closes the HTTP response."""
+        params = build_params(request)
+        try:
+            sdk_stream = await self._client.messages.create(
+                model=params["model"],
+                max_tokens=params["max_tokens"],
+                messages=params["messages"],
+                system=params.get("system", anthropic.omit),
+                tools=params.get("tools", anthropic.omit),
+                metadata=params.get("metadata", anthropic.omit),
+                stream=True,
+            )
+        except (anthropic.AnthropicError, httpx2.HTTPError) as exc:
+            raise _map_error(exc) from exc
+
+        state = _StreamState(model=request.model)
+        try:
+            while True:
+                try:
+                    event = await sdk_stream.__anext__()
+                except StopAsyncIteration:
+                    break
+                except (anthropic.AnthropicError, httpx2.HTTPError, httpx2.StreamError) as exc:
+                    raise _map_error(exc) from exc
+                except json.JSONDecodeError as exc:
+                    raise ProviderError(
+                        f"anthropic: malformed stream event: {exc}", kind="protocol", retryable=True
+                    ) from exc
+                for out in state.handle(event):
+                    yield out
+        finally:
+            await sdk_stream.close()
+        if not state.stopped:
+            raise ProviderError(
+                "anthropic: stream ended before message_stop", kind="protocol", retryable=True
+            )
+
+
+@dataclass(slots=True)
+class _ToolBlock:
+    id: str
+    parts: list[str] = field(default_factory=list)
+    start_input: Any = None
+
+
+@dataclass(slots=True)
+class _StreamState:
+    """Folds raw events into normalized ones; usage fields are cumulative, latest wins."""
+
+    model: str
+    stop_reason: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    stopped: bool = False
+    tools: dict[int, _ToolBlock] = field(default_factory=dict)
+
+    def handle(self, event: Any) -> list[StreamEvent]:
+        if isinstance(event, wire.RawMessageStartEvent):
+            message = event.message
+            self.model = getattr(message, "model", None) or self.model
+            self._usage(getattr(message, "usage", None))
+        elif isinstance(event, wire.RawContentBlockStartEvent):
+            return self._block_start(event.index, event.content_block)
+        elif isinstance(event, wire.RawContentBlockDeltaEvent):
+            return self._delta(event.index, event.delta)
+        elif isinstance(event, wire.RawContentBlockStopEvent):
+            block = self.tools.pop(event.index, None)
+            if block is not None:
+                return [_tool_stop(block)]
+        elif isinstance(event, wire.RawMessageDeltaEvent):
+            self.stop_reason = event.delta.stop_reason or self.stop_reason
+            self._usage(getattr(event, "usage", None))
+        elif isinstance(event, wire.RawMessageStopEvent):
+            self.stopped = True
+            usage = Usage(
+                input_tokens=self.input_tokens,
+                output_tokens=self.output_tokens,
+                cache_read_tokens=self.cache_read_tokens,
+                cache_write_tokens=self.cache_write_tokens,
+            )
+            return [MessageStop(_stop_reason(self.stop_reason), usage, self.model)]
+        return []
+
+    def _block_start(self, index: int, block: Any) -> list[StreamEvent]:
+        if isinstance(block, wire.ToolUseBlock):
+            self.tools[index] = _ToolBlock(id=block.id, start_input=block.input)
+            return [ToolUseStart(id=block.id, name=block.name)]
+        if isinstance(block, wire.TextBlock) and block.text:
+            return [TextDelta(block.text)]
+        if isinstance(block, wire.ThinkingBlock) and (block.thinking or block.signature):
+            return [ThinkingDelta(block.thinking, block.signature or None)]
+        # redacted_thinking and server-tool blocks have no place in the neutral shape.
+        return []
+
+    def _delta(self, index: int, delta: Any) -> list[StreamEvent]:
+        if isinstance(delta, wire.TextDelta):
+            return [TextDelta(delta.text)] if delta.text else []
+        if isinstance(delta, wire.ThinkingDelta):
+            return [ThinkingDelta(delta.thinking)] if delta.thinking else []
+        if isinstance(delta, wire.SignatureDelta):
+            return [ThinkingDelta("", delta.signature)]
+        if isinstance(delta, wire.InputJSONDelta):
+            block = self.tools.get(index)
+            if block is None:
+                return []
+            block.parts.append(delta.partial_json)
+            return [ToolInputDelta(block.id, delta.partial_json)] if delta.partial_json else []
+        return []
+
+    def _usage(self, usage: Any) -> None:
+        if usage is None:
+            return
+        if (value := getattr(usage, "input_tokens", None)) is not None:
+            self.input_tokens = value
+        if (value := getattr(usage, "output_tokens", None)) is not None:
+            self.output_tokens = value
+        if (value := getattr(usage, "cache_read_input_tokens", None)) is not None:
+            self.cache_read_tokens = value
+        if (value := getattr(usage, "cache_creation_input_tokens", None)) is not None:
+            self.cache_write_tokens = value
+
+
+def _tool_stop(block: _ToolBlock) -> ToolUseStop:
+    raw = "".join(block.parts)
+    if not raw.strip():
+        # No input deltas: a tool without arguments, or a proxy that put the input in the start.
+        start = block.start_input if isinstance(block.start_input, dict) else {}
+        return ToolUseStop(block.id, dict(start), raw)
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return ToolUseStop(block.id, None, raw)
+    return ToolUseStop(block.id, value if isinstance(value, dict) else None, raw)
+
+
+def _stop_reason(reason: str | None) -> str:
+    if reason in STOP_REASONS:
+        return reason
+    if reason == "model_context_window_exceeded":
+        # Output was cut by the window, not by an error: the loop's max_tokens branch applies.
+        return "max_tokens"
+    return "end_turn"
+
+
+# --------------------------------------------------------------------------- error mapping
+
+
+def _map_error(exc: Exception) -> ProviderError:
+    if isinstance(exc, anthropic.APIStatusError):
+        return _status_error(exc)
+    if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
+        return ProviderError(f"anthropic: timed out: {exc}", kind="timeout", retryable=True)
+    if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
+        return ProviderError(f"anthropic: connection failed: {exc}", kind="network", retryable=True)
+    if isinstance(exc, anthropic.APIResponseValidationError | httpx2.StreamError):
+        return ProviderError(f"anthropic: bad response: {exc}", kind="protocol", retryable=True)
+    if isinstance(exc, anthropic.CredentialsError):
+        return ProviderError(f"anthropic: {exc}", kind="auth")
+    return ProviderError(f"anthropic: {type(exc).__name__}: {exc}", kind="unknown")
+
+
+def _status_error(exc: anthropic.APIStatusError) -> ProviderError:
+    status = exc.status_code
+    error_type: str | None = exc.type
+    detail = exc.api_message or str(exc)
+    message = f"anthropic: {status} {error_type or 'error'}: {detail}"
+    # An `event: error` inside a 200 stream has only the body's error type to go by.
+    in_stream = status < 400
+
+    if error_type == "overloaded_error" or status == 529:
+        return ProviderError(message, kind="overloaded", retryable=True, status_code=status)
+    if error_type == "rate_limit_error" or status == 429:
+        spend = exc.error_code in _SPEND_LIMIT_CODES
+        return ProviderError(
+            message,
+            kind="rate_limit",
+            retryable=not spend,
+            status_code=status,
+            retry_after=None if spend else _retry_after(exc.response.headers),
+        )
+    if error_type == "request_too_large" or status == 413:
+        return ContextOverflow(message, status_code=status)
+    if error_type == "invalid_request_error" or status == 400:
+        if _CONTEXT_OVERFLOW.search(detail):
+            return ContextOverflow(message, status_code=status)
+        return ProviderError(message, kind="bad_request", status_code=status)
+    if error_type in ("authentication_error", "permission_error", "billing_error") or status in (
+        401,
+        402,
+        403,
+    ):
+        return ProviderError(message, kind="auth", status_code=status)
+    if error_type == "not_found_error" or status == 404:
+        return ProviderError(message, kind="not_found", status_code=status)
+    if error_type == "timeout_error" or status in (408, 504):
+        return ProviderError(message, kind="timeout", retryable=True, status_code=status)
+    if in_stream or status >= 500:
+        return ProviderError(message, kind="server", retryable=True, status_code=status)
+    return ProviderError(message, kind="bad_request", status_code=status)
+
+
+def _retry_after(headers: httpx2.Headers) -> float | None:
+    """Seconds to wait, from `retry-after-ms` or `retry-after` (seconds or an HTTP date)."""
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -1,0 +1,453 @@
+"""The Chat Completions adapter for OpenAI and compatible servers — vLLM, llama.cpp server,
+Ollama (layer: providers; imports providers.base, errors and the `openai` SDK with its `httpx2`
+transport).
+
+`build_params` flattens the neutral messages into chat messages and is pure, so the loop can
+persist exactly what was sent. `OpenAIProvider.stream` sends them with streaming on (asking for
+the final usage chunk) and turns chunks into normalized StreamEvents. SDK and transport
+exceptions are mapped to ProviderError here, once; the SDK never retries (the loop does).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final, Literal, Self
+
+import httpx2
+import openai
+
+from ator.errors import ContextOverflow, ProviderError
+from ator.providers.base import (
+    Message,
+    MessageStop,
+    ModelRequest,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseStart,
+    ToolUseStop,
+    Usage,
+)
+
+__all__ = ["DEFAULT_BASE_URL", "NO_API_KEY", "OpenAIProvider", "build_params"]
+
+DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+#: Sent as the Bearer token when no api_key is configured (local servers ignore it). Passing
+#: something keeps the SDK from falling back to OPENAI_API_KEY from the process environment,
+#: which would hand the operator's key to whatever base_url a setup names.
+NO_API_KEY: Final = "ator-no-api-key"
+
+_FINISH_REASONS: Final = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[_ ](?:length|window|size)|maximum context|prompt is too long|too many tokens"
+    r"|exceeds? (?:the )?(?:available )?context",
+    re.IGNORECASE,
+)
+# 429s that waiting does not clear: the account is out of money, not over a rate.
+_QUOTA_CODES: Final = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
+
+
+# --------------------------------------------------------------------------- request mapping
+
+
+def build_params(
+    request: ModelRequest,
+    *,
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+) -> dict[str, Any]:
+    """The Chat Completions body (without `stream`/`stream_options`) for `request`.
+
+    System blocks become one system message; a tool_result becomes a `role: tool` message
+    (content prefixed "ERROR: " when is_error) placed before the rest of its user message;
+    thinking blocks are dropped. Never mutates the request.
+    """
+    messages: list[dict[str, Any]] = []
+    system = "\n\n".join(block.text for block in request.system if block.text)
+    if system:
+        messages.append({"role": "system", "content": system})
+    for message in request.messages:
+        messages.extend(_chat_messages(message))
+
+    params: dict[str, Any] = {
+        "model": request.model,
+        "messages": messages,
+        max_tokens_param: request.max_tokens,
+    }
+    if request.tools:
+        params["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": json.loads(json.dumps(tool.input_schema)),
+                },
+            }
+            for tool in request.tools
+        ]
+    if request.temperature is not None:
+        params["temperature"] = request.temperature
+    if request.user_id:
+        params["user"] = request.user_id
+    return params
+
+
+def _chat_messages(message: Message) -> list[dict[str, Any]]:
+    role = message["role"]
+    content = message.get("content")
+    blocks: list[Any] = (
+        [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    )
+    texts = [b.get("text", "") for b in blocks if b.get("type") == "text" and b.get("text")]
+    text = "".join(texts) if role == "assistant" else "\n\n".join(texts)
+
+    if role == "assistant":
+        tool_calls = [
+            {
+                "id": b["id"],
+                "type": "function",
+                "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})},
+            }
+            for b in blocks
+            if b.get("type") == "tool_use"
+        ]
+        if not text and not tool_calls:
+            return []
+        out: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if tool_calls:
+            out["tool_calls"] = tool_calls
+        return [out]
+
+    # user: tool messages must directly follow the assistant message that called the tools.
+    chat: list[dict[str, Any]] = [
+        {
+            "role": "tool",
+            "tool_call_id": b["tool_use_id"],
+            "content": ("ERROR: " if b.get("is_error") else "") + _result_text(b.get("content")),
+        }
+        for b in blocks
+        if b.get("type") == "tool_result"
+    ]
+    if text:
+        chat.append({"role": "user", "content": text})
+    return chat
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # Anthropic-style list of text blocks
+        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return "" if content is None else json.dumps(content)
+
+
+# --------------------------------------------------------------------------- the provider
+
+
+class OpenAIProvider:
+    """A Provider on `openai.AsyncOpenAI` (Chat Completions, streaming).
+
+    `api_key=None` is for servers without auth (see NO_API_KEY). `max_tokens_param` picks the
+    field the server understands: `max_tokens` (compatible servers, older OpenAI models) or
+    `max_completion_tokens` (OpenAI reasoning models reject `max_tokens`). `http_client` must be
+    an `httpx2.AsyncClient` (the SDK rejects `httpx` objects); when given, the caller owns and
+    closes it. Use as an async context manager or call `aclose()`.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        timeout: float = 600.0,
+        http_client: httpx2.AsyncClient | None = None,
+        max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        name: str = "openai",
+    ) -> None:
+        self.name = name
+        self._max_tokens_param = max_tokens_param
+        self._owns_http_client = http_client is None
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key or NO_API_KEY,
+            # Always explicit, so OPENAI_BASE_URL in the environment cannot redirect us.
+            base_url=base_url or DEFAULT_BASE_URL,
+            default_headers=dict(default_headers or {}),
+            timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connection pool (not a caller-supplied http_client)."""
+        if self._owns_http_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Stream one model call. Raises ProviderError (ContextOverflow for a prompt that does
+        not fit); a stream that ends without a finish_reason is a retryable `protocol` error.
+        Closing or cancelling the iterator closes the HTTP response."""
+        params = build_params(request, max_tokens_param=self._max_tokens_param)
+        try:
+            sdk_stream = await self._client.chat.completions.create(
+                **params, stream=True, stream_options={"include_usage": True}
+            )
+        except openai.OpenAIError as exc:
+            raise _map_error(exc) from exc
+
+        state = _StreamState(model=request.model)
+        try:
+            while True:
+                try:
+                    chunk = await sdk_stream.__anext__()
+                except StopAsyncIteration:
+                    break
+                except (openai.OpenAIError, httpx2.HTTPError, httpx2.StreamError) as exc:
+                    raise _map_error(exc) from exc
+                except json.JSONDecodeError as exc:
+                    raise ProviderError(
+                        f"openai: malformed stream chunk: {exc}", kind="protocol", retryable=True
+                    ) from exc
+                for out in state.handle(chunk):
+                    yield out
+        finally:
+            await sdk_stream.close()
+        if state.finish_reason is None:
+            raise ProviderError(
+                "openai: stream ended without a finish_reason", kind="protocol", retryable=True
+            )
+        yield state.message_stop()
+
+
+@dataclass(slots=True)
+class _ToolCall:
+    id: str | None = None
+    name: str | None = None
+    parts: list[str] = field(default_factory=list)
+    started: bool = False
+
+
+@dataclass(slots=True)
+class _StreamState:
+    model: str
+    finish_reason: str | None = None
+    refused: bool = False
+    usage: Any = None
+    calls: list[_ToolCall] = field(default_factory=list)
+    by_index: dict[int, _ToolCall] = field(default_factory=dict)
+
+    def handle(self, chunk: Any) -> list[StreamEvent]:
+        self.model = getattr(chunk, "model", None) or self.model
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage  # the final usage chunk; some servers send it repeatedly
+        out: list[StreamEvent] = []
+        for choice in getattr(chunk, "choices", None) or []:
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            if delta is not None:
+                out.extend(self._delta(delta))
+            if choice.finish_reason is not None and self.finish_reason is None:
+                self.finish_reason = choice.finish_reason
+                out.extend(self._finish_tools())
+        return out
+
+    def _delta(self, delta: Any) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        extra = delta.model_extra or {}
+        # vLLM/DeepSeek say reasoning_content, Ollama/OpenRouter say reasoning.
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            out.append(ThinkingDelta(reasoning))
+        if delta.content:
+            out.append(TextDelta(delta.content))
+        if delta.refusal:
+            self.refused = True
+            out.append(TextDelta(delta.refusal))
+        for call_delta in delta.tool_calls or []:
+            out.extend(self._tool_delta(call_delta))
+        return out
+
+    def _tool_delta(self, call_delta: Any) -> list[StreamEvent]:
+        index = call_delta.index
+        call = self.by_index.get(index)
+        # Some servers reuse index 0 for every call; a new id at a known index is a new call.
+        if call is None or (call_delta.id and call.id and call_delta.id != call.id):
+            call = _ToolCall()
+            self.by_index[index] = call
+            self.calls.append(call)
+        out: list[StreamEvent] = []
+        if call_delta.id:
+            call.id = call_delta.id
+        function = call_delta.function
+        if function is not None and function.name:
+            call.name = function.name
+        if not call.started and call.name is not None and call.id is not None:
+            call.started = True
+            out.append(ToolUseStart(call.id, call.name))
+            # Fragments that arrived before the id and name were both known.
+            out.extend(ToolInputDelta(call.id, part) for part in call.parts if part)
+        if function is not None and function.arguments:
+            call.parts.append(function.arguments)
+            if call.started and call.id is not None:
+                out.append(ToolInputDelta(call.id, function.arguments))
+        return out
+
+    def _finish_tools(self) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        for call in self.calls:
+            if call.name is None:
+                continue  # arguments for a function never named: nothing the loop can run
+            if call.id is None:
+                call.id = f"call_{uuid.uuid4().hex[:24]}"  # servers that omit ids
+            if not call.started:
+                call.started = True
+                out.append(ToolUseStart(call.id, call.name))
+                out.extend(ToolInputDelta(call.id, part) for part in call.parts if part)
+            out.append(_tool_stop(call.id, "".join(call.parts)))
+        return out
+
+    def message_stop(self) -> MessageStop:
+        return MessageStop(self._stop_reason(), self._usage(), self.model)
+
+    def _stop_reason(self) -> str:
+        if self.refused:
+            return "refusal"
+        # llama.cpp and Ollama say "stop" even when the message carries tool calls.
+        if self.calls and self.finish_reason == "stop":
+            return "tool_use"
+        return _FINISH_REASONS.get(self.finish_reason or "", "end_turn")
+
+    def _usage(self) -> Usage:
+        u = self.usage
+        if u is None:
+            return Usage(reported=False)
+        details = getattr(u, "prompt_tokens_details", None)
+        cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
+        written = (getattr(details, "cache_write_tokens", None) or 0) if details else 0
+        prompt = getattr(u, "prompt_tokens", None) or 0
+        return Usage(
+            input_tokens=max(0, prompt - cached - written),
+            output_tokens=getattr(u, "completion_tokens", None) or 0,
+            cache_read_tokens=cached,
+            cache_write_tokens=written,
+        )
+
+
+def _tool_stop(call_id: str, raw: str) -> ToolUseStop:
+    if not raw.strip():
+        return ToolUseStop(call_id, {}, raw)
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return ToolUseStop(call_id, None, raw)
+    return ToolUseStop(call_id, value if isinstance(value, dict) else None, raw)
+
+
+# --------------------------------------------------------------------------- error mapping
+
+
+def _map_error(exc: Exception) -> ProviderError:
+    if isinstance(exc, openai.APIStatusError):
+        return _status_error(exc)
+    if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
+        return ProviderError(f"openai: timed out: {exc}", kind="timeout", retryable=True)
+    if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
+        return ProviderError(f"openai: connection failed: {exc}", kind="network", retryable=True)
+    if isinstance(exc, openai.APIResponseValidationError | httpx2.StreamError):
+        return ProviderError(f"openai: bad response: {exc}", kind="protocol", retryable=True)
+    if isinstance(exc, openai.APIError):
+        return _stream_error(exc)
+    return ProviderError(f"openai: {type(exc).__name__}: {exc}", kind="unknown")
+
+
+def _status_error(exc: openai.APIStatusError) -> ProviderError:
+    status = exc.status_code
+    code = exc.code
+    message = f"openai: {status} {code or exc.type or 'error'}: {exc.message}"
+    if code == "context_length_exceeded" or status == 413:
+        return ContextOverflow(message, status_code=status)
+    if status == 429:
+        quota = code in _QUOTA_CODES
+        return ProviderError(
+            message,
+            kind="rate_limit",
+            retryable=not quota,
+            status_code=status,
+            retry_after=None if quota else _retry_after(exc.response.headers),
+        )
+    if status == 529:
+        return ProviderError(message, kind="overloaded", retryable=True, status_code=status)
+    if status in (408, 504):
+        return ProviderError(message, kind="timeout", retryable=True, status_code=status)
+    if status >= 500:
+        return ProviderError(message, kind="server", retryable=True, status_code=status)
+    if status in (401, 402, 403):
+        return ProviderError(message, kind="auth", status_code=status)
+    if status == 404:
+        return ProviderError(message, kind="not_found", status_code=status)
+    if _CONTEXT_OVERFLOW.search(exc.message):
+        # vLLM, llama.cpp and Ollama say it in words, without OpenAI's code.
+        return ContextOverflow(message, status_code=status)
+    return ProviderError(message, kind="bad_request", status_code=status)
+
+
+def _stream_error(exc: openai.APIError) -> ProviderError:
+    """An `{"error": ...}` object inside a 200 stream: only its type and code to go by."""
+    kind_hint = f"{exc.code or ''} {exc.type or ''}".lower()
+    message = f"openai: stream error {exc.code or exc.type or ''}: {exc.message}"
+    if "context_length" in kind_hint or _CONTEXT_OVERFLOW.search(exc.message):
+        return ContextOverflow(message)
+    if "rate_limit" in kind_hint:
+        return ProviderError(message, kind="rate_limit", retryable=True)
+    if "overloaded" in kind_hint:
+        return ProviderError(message, kind="overloaded", retryable=True)
+    if "invalid_request" in kind_hint:
+        return ProviderError(message, kind="bad_request")
+    return ProviderError(message, kind="server", retryable=True)
+
+
+def _retry_after(headers: httpx2.Headers) -> float | None:
+    """Seconds to wait, from `retry-after-ms` or `retry-after` (seconds or an HTTP date)."""
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

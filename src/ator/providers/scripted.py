@@ -1,0 +1,171 @@
+"""A deterministic provider for tests and demos (layer: providers; imports providers.base,
+errors).
+
+A script is a list of steps. The step played for a request is chosen from the request
+itself, the number of assistant messages since the last user *text* message, so the same
+script gives the same answers on any replica and after any restart: step 0 is a turn's first
+model call, step 1 its second, and so on. Past the end, the last step repeats when
+`repeat_last` is set (a runaway model), else the model says it is done.
+
+A setup can carry a script as JSON (`config.script`, a list of step dicts with the fields of
+`ScriptStep`), which is how scripted setups are made over the HTTP API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ator.errors import ConfigError, ProviderError
+from ator.providers.base import (
+    Message,
+    MessageStop,
+    ModelRequest,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseStart,
+    ToolUseStop,
+    Usage,
+)
+
+__all__ = ["ScriptStep", "ScriptedProvider", "tool_then_answer"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptStep:
+    text: str = ""
+    thinking: str = ""
+    tool_calls: Sequence[tuple[str, dict[str, Any]]] = ()
+    # Raw argument text for a tool call whose JSON is broken (name, raw).
+    raw_tool_calls: Sequence[tuple[str, str]] = ()
+    stop_reason: str | None = None  # default: tool_use when there are calls, else end_turn
+    usage: Usage = field(default_factory=lambda: Usage(input_tokens=10, output_tokens=5))
+    delay: float = 0.0  # seconds before the first event
+    hang: bool = False  # emit the first event, then nothing, forever
+    error: ProviderError | None = None
+    # Echo the last user text back (handy for demos and for checking context).
+    echo: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScriptStep:
+        try:
+            usage = data.get("usage") or {}
+            err = data.get("error")
+            return cls(
+                text=str(data.get("text", "")),
+                thinking=str(data.get("thinking", "")),
+                tool_calls=[(str(c["name"]), dict(c.get("input", {})))
+                            for c in data.get("tool_calls", [])],
+                stop_reason=data.get("stop_reason"),
+                usage=Usage(**{k: int(v) for k, v in usage.items()}) if usage else Usage(10, 5),
+                delay=float(data.get("delay", 0.0)),
+                hang=bool(data.get("hang", False)),
+                error=ProviderError(str(err.get("message", "scripted error")),
+                                    kind=str(err.get("kind", "server")),
+                                    retryable=bool(err.get("retryable", False)))
+                if err else None,
+                echo=bool(data.get("echo", False)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"invalid script step {data!r}: {exc}") from exc
+
+
+def _turn_position(messages: Sequence[Message]) -> int:
+    n = 0
+    for msg in reversed(messages):
+        if msg["role"] == "assistant":
+            n += 1
+        elif any(b.get("type") == "text" for b in msg["content"]):
+            break
+    return n
+
+
+def _last_user_text(messages: Sequence[Message]) -> str:
+    for msg in reversed(messages):
+        if msg["role"] == "user":
+            texts = [b["text"] for b in msg["content"] if b.get("type") == "text"]
+            if texts:
+                return "\n".join(texts)
+    return ""
+
+
+class ScriptedProvider:
+    """Plays a script, or asks `responder(request)` for each step."""
+
+    def __init__(
+        self,
+        steps: Sequence[ScriptStep] = (),
+        *,
+        responder: Callable[[ModelRequest], ScriptStep] | None = None,
+        repeat_last: bool = False,
+        name: str = "scripted",
+    ) -> None:
+        self.name = name
+        self._steps = list(steps)
+        self._responder = responder
+        self._repeat_last = repeat_last
+        self.requests: list[ModelRequest] = []
+        self.record_requests = False
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ScriptedProvider:
+        script = config.get("script", [{"echo": True}])
+        if not isinstance(script, list):
+            raise ConfigError("config.script must be a list of steps")
+        return cls(
+            [ScriptStep.from_dict(s) for s in script],
+            repeat_last=bool(config.get("repeat_last", False)),
+        )
+
+    def _step_for(self, request: ModelRequest) -> ScriptStep:
+        if self._responder is not None:
+            return self._responder(request)
+        pos = _turn_position(request.messages)
+        if pos < len(self._steps):
+            return self._steps[pos]
+        if self._repeat_last and self._steps:
+            return self._steps[-1]
+        return ScriptStep(text="Done.")
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        if self.record_requests:
+            self.requests.append(request)
+        step = self._step_for(request)
+        if step.delay:
+            await asyncio.sleep(step.delay)
+        if step.error is not None:
+            raise step.error
+        if step.thinking:
+            yield ThinkingDelta(step.thinking, signature="scripted")
+        if step.hang:
+            await asyncio.Event().wait()  # a provider that stops talking; only a cap ends this
+        text = step.text
+        if step.echo:
+            text = (text + " " if text else "") + f"You said: {_last_user_text(request.messages)}"
+        if text:
+            yield TextDelta(text)
+        base = _turn_position(request.messages)
+        for i, (name, args) in enumerate(step.tool_calls):
+            tid = f"toolu_s{base}_{i}"
+            raw = json.dumps(args)
+            yield ToolUseStart(tid, name)
+            yield ToolInputDelta(tid, raw)
+            yield ToolUseStop(tid, args, raw)
+        for j, (name, raw) in enumerate(step.raw_tool_calls):
+            tid = f"toolu_s{base}_r{j}"
+            yield ToolUseStart(tid, name)
+            yield ToolInputDelta(tid, raw)
+            yield ToolUseStop(tid, None, raw)
+        has_calls = bool(step.tool_calls or step.raw_tool_calls)
+        stop = step.stop_reason or ("tool_use" if has_calls else "end_turn")
+        yield MessageStop(stop, step.usage, request.model)
+
+
+def tool_then_answer(tool: str, args: dict[str, Any], answer: str = "Done.") -> ScriptedProvider:
+    """The benchmark's turn: one tool call, then a final answer."""
+    return ScriptedProvider([ScriptStep(tool_calls=[(tool, args)]), ScriptStep(text=answer)])

@@ -1,0 +1,1 @@
+"""Security: secrets encryption, redaction, API key hashing (layer: security)."""

@@ -1,0 +1,142 @@
+"""Connecting to PostgreSQL and keeping its schema current (layer: store).
+
+May import: sqlalchemy, asyncpg, alembic, ator.settings, ator.errors, ator.store.embedded.
+
+`open_database(settings)` gives a `Database`: an async SQLAlchemy engine on asyncpg with the
+migrations applied (under an advisory lock, so replicas starting together migrate once), and
+a `StatementStats` counter fed by engine events so tests and benchmarks can measure how many
+statements and commits a piece of work costs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from ator.errors import ConfigError
+from ator.settings import Settings
+
+__all__ = ["Database", "StatementStats", "open_database", "to_async_url"]
+
+_MIGRATIONS = Path(__file__).parent / "migrations"
+_MIGRATION_LOCK = 0x61746F72  # "ator": pg_advisory_lock key serializing migrations
+
+
+@dataclass
+class StatementStats:
+    """Counts what the engine sent. `commits` counts transactions that committed."""
+
+    statements: int = 0
+    commits: int = 0
+
+    def snapshot(self) -> tuple[int, int]:
+        return self.statements, self.commits
+
+
+class Database:
+    """An engine plus the stats counter. Repositories take one of these."""
+
+    def __init__(self, engine: AsyncEngine, *, url: str, embedded: bool) -> None:
+        self.engine = engine
+        self.url = url
+        self.embedded = embedded
+        self.stats = StatementStats()
+        sync = engine.sync_engine
+        event.listen(sync, "before_cursor_execute", self._on_statement)
+        event.listen(sync, "commit", self._on_commit)
+
+    def _on_statement(self, *_: Any) -> None:
+        self.stats.statements += 1
+
+    def _on_commit(self, *_: Any) -> None:
+        self.stats.commits += 1
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[AsyncConnection]:
+        """A connection in a transaction that commits on success and rolls back on error."""
+        async with self.engine.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for reads; nothing it does is committed."""
+        async with self.engine.connect() as conn:
+            yield conn
+
+    async def ping(self) -> bool:
+        async with self.engine.connect() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+        return True
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+def to_async_url(url: str) -> URL:
+    """Accept postgres://, postgresql:// or postgresql+asyncpg:// and return the asyncpg URL."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigError(f"ATOR_DATABASE_URL must be a PostgreSQL URL, got {parsed.drivername!r}")
+    return parsed.set(drivername="postgresql+asyncpg")
+
+
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    return cfg
+
+
+def _upgrade(sync_conn: sa.Connection) -> None:
+    cfg = _alembic_config()
+    cfg.attributes["connection"] = sync_conn
+    command.upgrade(cfg, "head")
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Apply migrations to head; concurrent callers wait on one advisory lock."""
+    async with engine.connect() as conn:
+        await conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK})
+        try:
+            await conn.run_sync(_upgrade)
+            await conn.commit()
+        finally:
+            await conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _MIGRATION_LOCK})
+            await conn.commit()
+
+
+async def open_database(settings: Settings, *, run_migrations: bool = True) -> Database:
+    """Connect to ATOR_DATABASE_URL, or start the embedded server in the data dir."""
+    embedded = settings.database_url is None
+    if embedded:
+        from ator.store.embedded import start_embedded
+
+        raw = await asyncio.to_thread(start_embedded, settings.data_dir)
+    else:
+        assert settings.database_url is not None
+        raw = settings.database_url
+    url = to_async_url(raw)
+    engine = create_async_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_pool_size,
+        pool_pre_ping=False,
+        # The JSONB codec is set by SQLAlchemy; statements are cached per connection by asyncpg.
+        connect_args={"server_settings": {"application_name": "ator"}},
+    )
+    db = Database(engine, url=url.render_as_string(hide_password=True), embedded=embedded)
+    if run_migrations:
+        await migrate(engine)
+    return db

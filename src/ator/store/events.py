@@ -1,0 +1,99 @@
+"""The append-only event log of each thread (layer: store; imports sqlalchemy, ator.store.*).
+
+`seq` is assigned in the same statement that inserts the events, by bumping
+`threads.last_seq` (the row lock serializes writers of one thread), so seqs are dense, unique
+per thread and visible only once committed. Other store modules splice `append_cte()` into
+their own statements so a step's events, usage and turn update cost one round trip.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from ator.store.database import Database
+from ator.store.records import Event
+from ator.store.schema import events
+from ator.store.scope import Scope
+
+__all__ = ["HISTORY_KINDS", "append_cte", "append_events", "read_events", "to_event"]
+
+# Event kinds the model's history is rebuilt from (the others are for people and tools).
+HISTORY_KINDS = ("message", "notification", "assistant", "tool_results", "turn_ended")
+
+
+def append_cte(guard: str | None = None) -> tuple[str, str]:
+    """SQL fragments that append `:ev_kinds`/`:ev_datas` to thread `:thread_id`.
+
+    Returns (ctes, insert): `ctes` is a `_seq AS (…)` WITH-item to join into the caller's WITH
+    list, `insert` the final INSERT … RETURNING. When `guard` names another CTE, nothing is
+    appended (and no seq consumed) unless that CTE returned a row.
+    """
+    cond = f" AND EXISTS (SELECT 1 FROM {guard})" if guard else ""
+    ctes = (
+        "_seq AS (UPDATE threads SET last_seq = last_seq + cardinality(CAST(:ev_kinds AS text[]))"
+        " WHERE id = :thread_id AND org_id = :org_id"
+        + cond
+        + " RETURNING last_seq - cardinality(CAST(:ev_kinds AS text[])) AS base)"
+    )
+    insert = (
+        "INSERT INTO events (org_id, thread_id, turn_id, seq, kind, data) "
+        "SELECT :org_id, :thread_id, :turn_id, _seq.base + u.ord, u.kind, u.data::jsonb "
+        "FROM _seq, unnest(CAST(:ev_kinds AS text[]), CAST(:ev_datas AS text[])) "
+        "WITH ORDINALITY AS u(kind, data, ord) "
+        "RETURNING seq, kind, data, turn_id, created_at"
+    )
+    return ctes, insert
+
+
+def event_params(items: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    return {
+        "ev_kinds": [k for k, _ in items],
+        "ev_datas": [json.dumps(d, separators=(",", ":"), default=str) for _, d in items],
+    }
+
+
+def to_event(row: Any, thread_id: UUID | None = None) -> Event:
+    return Event(row.seq, row.kind, row.data, row.turn_id, row.created_at, thread_id)
+
+
+_ctes, _insert = append_cte()
+_APPEND = sa.text(f"WITH {_ctes} {_insert}")
+
+
+async def append_events(
+    db: Database,
+    scope: Scope,
+    thread_id: UUID,
+    items: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    turn_id: UUID | None = None,
+) -> list[Event]:
+    """Append events outside a turn's own statements (e.g. the reaper's `turn_ended`)."""
+    params = {"org_id": scope.org_id, "thread_id": thread_id, "turn_id": turn_id}
+    params.update(event_params(items))
+    async with db.begin() as conn:
+        rows = (await conn.execute(_APPEND, params)).all()
+    return [to_event(r, thread_id) for r in rows]
+
+
+async def read_events(
+    db: Database, scope: Scope, thread_id: UUID, *, after_seq: int = 0, limit: int = 200
+) -> list[Event]:
+    stmt = (
+        sa.select(events.c.seq, events.c.kind, events.c.data, events.c.turn_id, events.c.created_at)
+        .where(
+            events.c.thread_id == thread_id,
+            events.c.org_id == scope.org_id,
+            events.c.seq > after_seq,
+        )
+        .order_by(events.c.seq)
+        .limit(limit)
+    )
+    async with db.connect() as conn:
+        rows = (await conn.execute(stmt)).all()
+    return [to_event(r, thread_id) for r in rows]

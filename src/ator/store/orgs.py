@@ -1,0 +1,79 @@
+"""Orgs and their users (layer: store; imports sqlalchemy, ator.store.*).
+
+Orgs are the tenants; creating one is an operator action and takes no Scope. Everything
+else in store/ is reached through a Scope naming the org.
+"""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from ator.errors import Conflict, NotFound
+from ator.store.database import Database
+from ator.store.records import Org
+from ator.store.schema import orgs, users
+from ator.store.scope import Scope
+
+__all__ = ["create_org", "create_user", "get_org", "list_orgs", "set_org_budget"]
+
+
+def _org(row: Any) -> Org:
+    return Org(row.id, row.name, row.monthly_budget_usd, row.created_at)
+
+
+async def create_org(db: Database, name: str, *, monthly_budget_usd: Decimal | None = None) -> Org:
+    stmt = (
+        orgs.insert()
+        .values(id=uuid.uuid4(), name=name, monthly_budget_usd=monthly_budget_usd)
+        .returning(orgs)
+    )
+    async with db.begin() as conn:
+        return _org((await conn.execute(stmt)).one())
+
+
+async def get_org(db: Database, scope: Scope) -> Org:
+    async with db.connect() as conn:
+        row = (await conn.execute(sa.select(orgs).where(orgs.c.id == scope.org_id))).first()
+    if row is None:
+        raise NotFound("org not found")
+    return _org(row)
+
+
+async def list_orgs(db: Database) -> list[Org]:
+    async with db.connect() as conn:
+        rows = (await conn.execute(sa.select(orgs).order_by(orgs.c.created_at))).all()
+    return [_org(r) for r in rows]
+
+
+async def set_org_budget(db: Database, scope: Scope, monthly_budget_usd: Decimal | None) -> Org:
+    stmt = (
+        orgs.update()
+        .where(orgs.c.id == scope.org_id)
+        .values(monthly_budget_usd=monthly_budget_usd)
+        .returning(orgs)
+    )
+    async with db.begin() as conn:
+        row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise NotFound("org not found")
+    return _org(row)
+
+
+async def create_user(db: Database, scope: Scope, email: str, role: str) -> UUID:
+    user_id = uuid.uuid4()
+    stmt = (
+        sa.dialects.postgresql.insert(users)
+        .values(id=user_id, org_id=scope.org_id, email=email, role=role)
+        .on_conflict_do_nothing(constraint="uq_users_org_email")
+        .returning(users.c.id)
+    )
+    async with db.begin() as conn:
+        got = (await conn.execute(stmt)).scalar_one_or_none()
+    if got is None:
+        raise Conflict(f"user {email!r} already exists in this org")
+    return user_id

@@ -1,0 +1,96 @@
+"""Row types returned by repositories (layer: store; imports nothing of ator)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+__all__ = ["Event", "MailboxItem", "Org", "Setup", "Thread", "Turn"]
+
+
+@dataclass(frozen=True, slots=True)
+class Org:
+    id: UUID
+    name: str
+    monthly_budget_usd: Decimal | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    id: UUID
+    org_id: UUID
+    name: str
+    provider: str
+    model: str
+    persona: str
+    config: dict[str, Any]
+    tool_policy: dict[str, Any]
+    version: int
+    archived_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    id: UUID
+    org_id: UUID
+    setup_id: UUID
+    title: str
+    instructions: str
+    parent_id: UUID | None
+    root_id: UUID | None
+    depth: int
+    last_seq: int
+    metadata: dict[str, Any]
+    created_by: UUID | None
+    deleted_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    seq: int
+    kind: str
+    data: dict[str, Any]
+    turn_id: UUID | None
+    created_at: datetime
+    thread_id: UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MailboxItem:
+    id: UUID
+    thread_id: UUID
+    client_message_id: str
+    kind: str
+    content: dict[str, Any]
+    sender: UUID | None
+    turn_id: UUID | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    id: UUID
+    org_id: UUID
+    thread_id: UUID
+    status: str
+    stop_reason: str | None
+    error: str | None
+    config_snapshot: dict[str, Any]
+    config_hash: str
+    owner: str
+    steps: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: Decimal
+    started_at: datetime
+    ended_at: datetime | None
+    heartbeat_at: datetime
+    extra: dict[str, Any] = field(default_factory=dict)

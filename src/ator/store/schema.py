@@ -1,0 +1,261 @@
+"""Table definitions (layer: store; imports sqlalchemy only).
+
+Every tenant table carries `org_id`; repositories filter on it in every statement, so another
+org's row is simply not found. Ids are UUIDs generated in Python (uuid4) so a row's id is known
+before its INSERT, which lets one statement write a row and the rows that refer to it.
+Migrations (store/migrations) are the source of truth for the database; this module mirrors
+them for query building, and a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+__all__ = [
+    "api_keys",
+    "events",
+    "mailbox",
+    "metadata",
+    "model_calls",
+    "org_usage",
+    "orgs",
+    "secrets",
+    "setups",
+    "threads",
+    "turns",
+    "users",
+]
+
+metadata = sa.MetaData()
+
+_now = sa.text("now()")
+
+
+def _id() -> sa.Column[object]:
+    return sa.Column("id", UUID(as_uuid=True), primary_key=True)
+
+
+def _org() -> sa.Column[object]:
+    return sa.Column(
+        "org_id", UUID(as_uuid=True), sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False
+    )
+
+
+def _created() -> sa.Column[object]:
+    return sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now)
+
+
+orgs = sa.Table(
+    "orgs",
+    metadata,
+    _id(),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("monthly_budget_usd", sa.Numeric(14, 6), nullable=True),
+    sa.Column("settings", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    _created(),
+)
+
+users = sa.Table(
+    "users",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column("email", sa.Text, nullable=False),
+    sa.Column("role", sa.Text, nullable=False),
+    _created(),
+    sa.UniqueConstraint("org_id", "email", name="uq_users_org_email"),
+    sa.CheckConstraint("role in ('admin','member','viewer')", name="ck_users_role"),
+)
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column(
+        "user_id", UUID(as_uuid=True), sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("prefix", sa.Text, nullable=False),
+    sa.Column("hash", sa.Text, nullable=False, unique=True),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
+    _created(),
+    sa.CheckConstraint("role in ('admin','member','viewer')", name="ck_api_keys_role"),
+)
+
+setups = sa.Table(
+    "setups",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("provider", sa.Text, nullable=False),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("persona", sa.Text, nullable=False, server_default=""),
+    # Caps and provider options; secrets appear here only as references ("secret:NAME").
+    sa.Column("config", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("tool_policy", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("version", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("archived_at", sa.DateTime(timezone=True), nullable=True),
+    _created(),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+)
+
+threads = sa.Table(
+    "threads",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column(
+        "setup_id",
+        UUID(as_uuid=True),
+        sa.ForeignKey("setups.id", ondelete="RESTRICT"),
+        nullable=False,
+    ),
+    sa.Column("created_by", UUID(as_uuid=True), nullable=True),
+    sa.Column("title", sa.Text, nullable=False, server_default=""),
+    sa.Column("instructions", sa.Text, nullable=False, server_default=""),
+    # Subagent tree: a root thread has parent_id NULL, root_id = id, depth 0.
+    sa.Column("parent_id", UUID(as_uuid=True), sa.ForeignKey("threads.id"), nullable=True),
+    sa.Column("root_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("depth", sa.Integer, nullable=False, server_default="0"),
+    # Last assigned event seq; bumped in the same statement that inserts events.
+    sa.Column("last_seq", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("metadata", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True),
+    _created(),
+    sa.Index("ix_threads_org_created", "org_id", sa.text("created_at DESC"), "id"),
+    sa.Index("ix_threads_parent", "parent_id"),
+)
+
+turns = sa.Table(
+    "turns",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column(
+        "thread_id",
+        UUID(as_uuid=True),
+        sa.ForeignKey("threads.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("stop_reason", sa.Text, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("config_snapshot", JSONB, nullable=False),
+    sa.Column("config_hash", sa.Text, nullable=False),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.Column("steps", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cache_read_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cache_write_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
+    sa.CheckConstraint("status in ('running','done','cancelled','error')", name="ck_turns_status"),
+    sa.Index("ix_turns_thread", "thread_id", "started_at"),
+    sa.Index("ix_turns_running", "heartbeat_at", postgresql_where=sa.text("status = 'running'")),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _org(),
+    sa.Column(
+        "thread_id",
+        UUID(as_uuid=True),
+        sa.ForeignKey("threads.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("turn_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("data", JSONB, nullable=False),
+    _created(),
+    sa.UniqueConstraint("thread_id", "seq", name="uq_events_thread_seq"),
+)
+
+mailbox = sa.Table(
+    "mailbox",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column(
+        "thread_id",
+        UUID(as_uuid=True),
+        sa.ForeignKey("threads.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("client_message_id", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("content", JSONB, nullable=False),
+    sa.Column("sender", UUID(as_uuid=True), nullable=True),
+    # Set when a turn drains the item; NULL = pending.
+    sa.Column("turn_id", UUID(as_uuid=True), nullable=True),
+    _created(),
+    sa.UniqueConstraint("thread_id", "client_message_id", name="uq_mailbox_thread_client"),
+    sa.Index(
+        "ix_mailbox_pending",
+        "thread_id",
+        "created_at",
+        postgresql_where=sa.text("turn_id IS NULL"),
+    ),
+)
+
+model_calls = sa.Table(
+    "model_calls",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _org(),
+    sa.Column("thread_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("turn_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("setup_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("step", sa.Integer, nullable=False),
+    sa.Column("purpose", sa.Text, nullable=False, server_default="step"),
+    sa.Column("provider", sa.Text, nullable=False),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("stop_reason", sa.Text, nullable=True),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_read_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_write_tokens", sa.BigInteger, nullable=False),
+    sa.Column("usage_reported", sa.Boolean, nullable=False),
+    sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False),
+    sa.Column("priced", sa.Boolean, nullable=False),
+    sa.Column("duration_ms", sa.Integer, nullable=False),
+    # What was sent: layer names/hashes, tool names, sizes (never the secrets).
+    sa.Column("request_meta", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    _created(),
+    sa.Index("ix_model_calls_turn", "turn_id"),
+    sa.Index("ix_model_calls_org_created", "org_id", "created_at"),
+)
+
+org_usage = sa.Table(
+    "org_usage",
+    metadata,
+    _org(),
+    sa.Column("month", sa.Date, nullable=False),
+    sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
+    sa.Column("tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.PrimaryKeyConstraint("org_id", "month", name="pk_org_usage"),
+)
+
+secrets = sa.Table(
+    "secrets",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("nonce", sa.LargeBinary, nullable=False),
+    sa.Column("ciphertext", sa.LargeBinary, nullable=False),
+    sa.Column("key_id", sa.Text, nullable=False),
+    _created(),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.UniqueConstraint("org_id", "name", name="uq_secrets_org_name"),
+)

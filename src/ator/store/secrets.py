@@ -1,0 +1,64 @@
+"""Encrypted secrets per org (layer: store; imports sqlalchemy, ator.security.crypto).
+
+Values are encrypted before they reach SQL and decrypted only when a turn resolves a
+reference; nothing here returns a value except `reveal`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert
+
+from ator.errors import SecretError
+from ator.security.crypto import MasterKey
+from ator.store.database import Database
+from ator.store.schema import secrets
+from ator.store.scope import Scope
+
+__all__ = ["delete_secret", "list_secret_names", "put_secret", "reveal"]
+
+
+def _context(scope: Scope, name: str) -> str:
+    return f"{scope.org_id}/{name}"
+
+
+async def put_secret(db: Database, key: MasterKey, scope: Scope, name: str, value: str) -> None:
+    nonce, ciphertext = key.encrypt(value, context=_context(scope, name))
+    stmt = insert(secrets).values(
+        id=uuid.uuid4(), org_id=scope.org_id, name=name, nonce=nonce, ciphertext=ciphertext,
+        key_id=key.key_id,
+    )
+    stmt = stmt.on_conflict_do_update(
+        constraint="uq_secrets_org_name",
+        set_={"nonce": nonce, "ciphertext": ciphertext, "key_id": key.key_id,
+              "updated_at": sa.func.now()},
+    )
+    async with db.begin() as conn:
+        await conn.execute(stmt)
+
+
+async def reveal(db: Database, key: MasterKey, scope: Scope, name: str) -> str:
+    stmt = sa.select(secrets.c.nonce, secrets.c.ciphertext).where(
+        secrets.c.org_id == scope.org_id, secrets.c.name == name
+    )
+    async with db.connect() as conn:
+        row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise SecretError(f"secret {name!r} is not set for this org")
+    return key.decrypt(row.nonce, row.ciphertext, context=_context(scope, name))
+
+
+async def list_secret_names(db: Database, scope: Scope) -> list[str]:
+    stmt = sa.select(secrets.c.name).where(secrets.c.org_id == scope.org_id).order_by(
+        secrets.c.name
+    )
+    async with db.connect() as conn:
+        return list((await conn.execute(stmt)).scalars())
+
+
+async def delete_secret(db: Database, scope: Scope, name: str) -> bool:
+    stmt = secrets.delete().where(secrets.c.org_id == scope.org_id, secrets.c.name == name)
+    async with db.begin() as conn:
+        return (await conn.execute(stmt)).rowcount > 0

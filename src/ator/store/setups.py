@@ -1,0 +1,116 @@
+"""Setups: which model and provider a thread uses, its persona, caps and tool policy
+(layer: store; imports sqlalchemy, ator.store.*).
+
+A setup's `config` may name secrets only by reference ("secret:NAME"); resolving them is the
+engine's business at turn start, and the resolved value is never written back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from ator.errors import NotFound
+from ator.store.database import Database
+from ator.store.records import Setup
+from ator.store.schema import setups
+from ator.store.scope import Scope
+
+__all__ = ["archive_setup", "create_setup", "get_setup", "list_setups", "update_setup"]
+
+
+def _setup(row: Any) -> Setup:
+    return Setup(
+        row.id,
+        row.org_id,
+        row.name,
+        row.provider,
+        row.model,
+        row.persona,
+        row.config,
+        row.tool_policy,
+        row.version,
+        row.archived_at,
+        row.created_at,
+    )
+
+
+async def create_setup(
+    db: Database,
+    scope: Scope,
+    *,
+    name: str,
+    provider: str,
+    model: str,
+    persona: str = "",
+    config: dict[str, Any] | None = None,
+    tool_policy: dict[str, Any] | None = None,
+) -> Setup:
+    stmt = (
+        setups.insert()
+        .values(
+            id=uuid.uuid4(),
+            org_id=scope.org_id,
+            name=name,
+            provider=provider,
+            model=model,
+            persona=persona,
+            config=config or {},
+            tool_policy=tool_policy or {},
+        )
+        .returning(setups)
+    )
+    async with db.begin() as conn:
+        return _setup((await conn.execute(stmt)).one())
+
+
+async def get_setup(db: Database, scope: Scope, setup_id: UUID) -> Setup:
+    stmt = sa.select(setups).where(setups.c.id == setup_id, setups.c.org_id == scope.org_id)
+    async with db.connect() as conn:
+        row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise NotFound("setup not found")
+    return _setup(row)
+
+
+async def list_setups(db: Database, scope: Scope, *, include_archived: bool = False) -> list[Setup]:
+    stmt = sa.select(setups).where(setups.c.org_id == scope.org_id)
+    if not include_archived:
+        stmt = stmt.where(setups.c.archived_at.is_(None))
+    async with db.connect() as conn:
+        rows = (await conn.execute(stmt.order_by(setups.c.created_at, setups.c.id))).all()
+    return [_setup(r) for r in rows]
+
+
+async def update_setup(db: Database, scope: Scope, setup_id: UUID, **changes: Any) -> Setup:
+    """Apply changes and bump the version, so turn snapshots can tell versions apart."""
+    allowed = {"name", "provider", "model", "persona", "config", "tool_policy"}
+    values = {k: v for k, v in changes.items() if k in allowed and v is not None}
+    stmt = (
+        setups.update()
+        .where(setups.c.id == setup_id, setups.c.org_id == scope.org_id)
+        .values(**values, version=setups.c.version + 1, updated_at=sa.func.now())
+        .returning(setups)
+    )
+    async with db.begin() as conn:
+        row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise NotFound("setup not found")
+    return _setup(row)
+
+
+async def archive_setup(db: Database, scope: Scope, setup_id: UUID) -> Setup:
+    stmt = (
+        setups.update()
+        .where(setups.c.id == setup_id, setups.c.org_id == scope.org_id)
+        .values(archived_at=sa.func.coalesce(setups.c.archived_at, sa.func.now()))
+        .returning(setups)
+    )
+    async with db.begin() as conn:
+        row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise NotFound("setup not found")
+    return _setup(row)

@@ -1,0 +1,148 @@
+"""Threads: one conversation each, and one actor each (layer: store; imports sqlalchemy,
+ator.store.*).
+
+A thread belongs to one setup of its org; subagent threads record parent, root and depth.
+Deleting moves a thread to the trash (`deleted_at`); a trashed thread accepts no messages.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from ator.errors import NotFound, ValidationFailed
+from ator.store.database import Database
+from ator.store.records import Thread
+from ator.store.schema import setups, threads
+from ator.store.scope import Scope
+
+__all__ = ["create_thread", "delete_thread", "get_thread", "list_threads"]
+
+
+def _thread(row: Any) -> Thread:
+    return Thread(
+        row.id,
+        row.org_id,
+        row.setup_id,
+        row.title,
+        row.instructions,
+        row.parent_id,
+        row.root_id,
+        row.depth,
+        row.last_seq,
+        row.metadata,
+        row.created_by,
+        row.deleted_at,
+        row.created_at,
+    )
+
+
+async def create_thread(
+    db: Database,
+    scope: Scope,
+    setup_id: UUID,
+    *,
+    title: str = "",
+    instructions: str = "",
+    metadata: dict[str, Any] | None = None,
+    parent: Thread | None = None,
+) -> Thread:
+    """Create a thread on a live setup of the same org (one statement: the setup check and the
+    insert are a single INSERT … SELECT)."""
+    thread_id = uuid.uuid4()
+    source = sa.select(
+        sa.literal(thread_id, sa.Uuid).label("id"),
+        setups.c.org_id,
+        setups.c.id.label("setup_id"),
+        sa.literal(scope.user_id, sa.Uuid).label("created_by"),
+        sa.literal(title).label("title"),
+        sa.literal(instructions).label("instructions"),
+        sa.literal(parent.id if parent else None, sa.Uuid).label("parent_id"),
+        sa.literal(parent.root_id if parent else thread_id, sa.Uuid).label("root_id"),
+        sa.literal(parent.depth + 1 if parent else 0).label("depth"),
+        sa.cast(sa.literal(metadata or {}, sa.JSON), sa.dialects.postgresql.JSONB).label(
+            "metadata"
+        ),
+    ).where(
+        setups.c.id == setup_id, setups.c.org_id == scope.org_id, setups.c.archived_at.is_(None)
+    )
+    stmt = (
+        threads.insert()
+        .from_select(
+            [
+                "id",
+                "org_id",
+                "setup_id",
+                "created_by",
+                "title",
+                "instructions",
+                "parent_id",
+                "root_id",
+                "depth",
+                "metadata",
+            ],
+            source,
+        )
+        .returning(threads)
+    )
+    async with db.begin() as conn:
+        row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise ValidationFailed("setup not found or archived", code="invalid_setup")
+    return _thread(row)
+
+
+async def get_thread(db: Database, scope: Scope, thread_id: UUID) -> Thread:
+    stmt = sa.select(threads).where(
+        threads.c.id == thread_id, threads.c.org_id == scope.org_id, threads.c.deleted_at.is_(None)
+    )
+    async with db.connect() as conn:
+        row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise NotFound("thread not found")
+    return _thread(row)
+
+
+async def list_threads(
+    db: Database,
+    scope: Scope,
+    *,
+    limit: int = 50,
+    before: tuple[datetime, UUID] | None = None,
+    setup_id: UUID | None = None,
+    parent_id: UUID | None = None,
+) -> list[Thread]:
+    """Newest first; `before` is the (created_at, id) cursor of the last row already seen."""
+    stmt = sa.select(threads).where(
+        threads.c.org_id == scope.org_id, threads.c.deleted_at.is_(None)
+    )
+    if setup_id is not None:
+        stmt = stmt.where(threads.c.setup_id == setup_id)
+    if parent_id is not None:
+        stmt = stmt.where(threads.c.parent_id == parent_id)
+    if before is not None:
+        stmt = stmt.where(sa.tuple_(threads.c.created_at, threads.c.id) < sa.tuple_(*before))
+    stmt = stmt.order_by(threads.c.created_at.desc(), threads.c.id.desc()).limit(limit)
+    async with db.connect() as conn:
+        rows = (await conn.execute(stmt)).all()
+    return [_thread(r) for r in rows]
+
+
+async def delete_thread(db: Database, scope: Scope, thread_id: UUID) -> None:
+    stmt = (
+        threads.update()
+        .where(
+            threads.c.id == thread_id,
+            threads.c.org_id == scope.org_id,
+            threads.c.deleted_at.is_(None),
+        )
+        .values(deleted_at=sa.func.now())
+        .returning(threads.c.id)
+    )
+    async with db.begin() as conn:
+        if (await conn.execute(stmt)).first() is None:
+            raise NotFound("thread not found")

@@ -1,0 +1,415 @@
+"""Turn rows and the statements a turn is made of (layer: store; imports sqlalchemy,
+ator.store.*).
+
+A turn costs few round trips by design (each is measured in tests and bench/):
+
+1. `load_context`   one read: thread + setup + org budget + month spend + prior history.
+2. `begin_turn`     one write: drain *all* pending mailbox items (FOR UPDATE SKIP LOCKED),
+                    insert the turn, append `turn_started` and the items as events.
+3. `write_step`     one write per persistence point: events + turn usage/heartbeat
+                    (+ model_calls row + org month usage) (+ finishing the turn).
+
+`write_step` only touches a turn that is still `running`; if the reaper or a stop closed it
+meanwhile, nothing is appended and the caller is told (`StepWrite.live` is False).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from ator.errors import NotFound
+from ator.store.database import Database
+from ator.store.events import HISTORY_KINDS, append_cte, event_params, to_event
+from ator.store.records import Event, Turn
+from ator.store.schema import turns
+from ator.store.scope import Scope
+
+__all__ = [
+    "LostTurn",
+    "ModelCallRow",
+    "StepWrite",
+    "TurnContext",
+    "begin_turn",
+    "get_turn",
+    "heartbeat",
+    "list_turns",
+    "load_context",
+    "reap_lost_turns",
+    "write_step",
+]
+
+_KINDS_SQL = ", ".join(f"'{k}'" for k in HISTORY_KINDS)
+
+_LOAD_CONTEXT = sa.text(f"""
+SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
+       t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
+       s.tool_policy, s.version AS setup_version, o.monthly_budget_usd,
+       COALESCE(u.cost_usd, 0) AS month_usd,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
+                                                     'data', e.data) ORDER BY e.seq), '[]')
+          FROM events e
+         WHERE e.thread_id = t.id AND e.kind IN ({_KINDS_SQL})) AS history
+  FROM threads t
+  JOIN setups s ON s.id = t.setup_id
+  JOIN orgs o ON o.id = t.org_id
+  LEFT JOIN org_usage u ON u.org_id = t.org_id
+                       AND u.month = date_trunc('month', now())::date
+ WHERE t.id = :thread_id AND t.org_id = :org_id
+""")
+
+_BEGIN_TURN = sa.text("""
+WITH _drained AS (
+  UPDATE mailbox SET turn_id = :turn_id
+   WHERE id IN (SELECT id FROM mailbox
+                 WHERE thread_id = :thread_id AND org_id = :org_id AND turn_id IS NULL
+                 ORDER BY created_at, id
+                 FOR UPDATE SKIP LOCKED)
+  RETURNING id, client_message_id, kind, content, sender, created_at
+), _turn AS (
+  INSERT INTO turns (id, org_id, thread_id, status, config_snapshot, config_hash, owner)
+  SELECT :turn_id, :org_id, :thread_id, 'running', CAST(:snapshot AS jsonb), :config_hash, :owner
+   WHERE EXISTS (SELECT 1 FROM _drained)
+  RETURNING id
+), _stale AS (
+  -- We hold the thread's lease, so a turn still marked running here lost its owner.
+  UPDATE turns SET status = 'error', stop_reason = 'error:lost', ended_at = now(),
+                   error = 'owner lost its lease'
+   WHERE thread_id = :thread_id AND org_id = :org_id AND status = 'running'
+     AND EXISTS (SELECT 1 FROM _drained)
+  RETURNING id
+), _parts AS (
+  SELECT 0 AS grp, 0::bigint AS sub, 'turn_ended' AS kind,
+         jsonb_build_object('turn_id', id::text, 'status', 'error',
+                            'stop_reason', 'error:lost') AS data
+    FROM _stale
+  UNION ALL
+  SELECT 1, 0, 'turn_started',
+         jsonb_build_object('turn_id', CAST(:turn_id AS text),
+                            'config_hash', CAST(:config_hash AS text),
+                            'owner', CAST(:owner AS text))
+  UNION ALL
+  SELECT 2, row_number() OVER (ORDER BY created_at, id), kind,
+         content || jsonb_build_object('client_message_id', client_message_id,
+                                       'mailbox_id', id::text, 'sender', sender::text)
+    FROM _drained
+), _items AS (
+  SELECT row_number() OVER (ORDER BY grp, sub) AS ord, kind, data FROM _parts
+), _seq AS (
+  UPDATE threads SET last_seq = last_seq + (SELECT count(*) FROM _items)
+   WHERE id = :thread_id AND org_id = :org_id AND EXISTS (SELECT 1 FROM _turn)
+  RETURNING last_seq - (SELECT count(*) FROM _items) AS base
+)
+INSERT INTO events (org_id, thread_id, turn_id, seq, kind, data)
+SELECT :org_id, :thread_id, :turn_id, _seq.base + i.ord, i.kind, i.data
+  FROM _seq, _items i
+RETURNING seq, kind, data, turn_id, created_at
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """Everything a turn needs to start, read in one statement."""
+
+    thread_id: UUID
+    org_id: UUID
+    setup_id: UUID
+    setup_name: str
+    setup_version: int
+    provider: str
+    model: str
+    persona: str
+    config: dict[str, Any]
+    tool_policy: dict[str, Any]
+    instructions: str
+    parent_id: UUID | None
+    root_id: UUID | None
+    depth: int
+    deleted: bool
+    monthly_budget_usd: Decimal | None
+    month_usd: Decimal
+    history: list[dict[str, Any]]
+
+
+async def load_context(db: Database, scope: Scope, thread_id: UUID) -> TurnContext:
+    async with db.connect() as conn:
+        row = (
+            await conn.execute(_LOAD_CONTEXT, {"thread_id": thread_id, "org_id": scope.org_id})
+        ).first()
+    if row is None:
+        raise NotFound("thread not found")
+    return TurnContext(
+        row.id,
+        row.org_id,
+        row.setup_id,
+        row.setup_name,
+        row.setup_version,
+        row.provider,
+        row.model,
+        row.persona,
+        row.config,
+        row.tool_policy,
+        row.instructions,
+        row.parent_id,
+        row.root_id,
+        row.depth,
+        row.deleted_at is not None,
+        row.monthly_budget_usd,
+        Decimal(row.month_usd),
+        row.history,
+    )
+
+
+async def begin_turn(
+    db: Database,
+    scope: Scope,
+    thread_id: UUID,
+    turn_id: UUID,
+    *,
+    owner: str,
+    snapshot: dict[str, Any],
+    config_hash: str,
+) -> list[Event]:
+    """Drain every pending mailbox item into a new turn; returns the events it appended
+    (`turn_started` first, after `turn_ended` for any turn of this thread still marked running,
+    whose owner must have died since we hold the lease), or [] when nothing was pending."""
+    params = {
+        "turn_id": turn_id,
+        "thread_id": thread_id,
+        "org_id": scope.org_id,
+        "owner": owner,
+        "snapshot": json.dumps(snapshot, separators=(",", ":"), default=str),
+        "config_hash": config_hash,
+    }
+    async with db.begin() as conn:
+        rows = (await conn.execute(_BEGIN_TURN, params)).all()
+    return sorted((to_event(r, thread_id) for r in rows), key=lambda e: e.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallRow:
+    step: int
+    provider: str
+    model: str
+    stop_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    usage_reported: bool
+    cost_usd: Decimal
+    priced: bool
+    duration_ms: int
+    request_meta: dict[str, Any]
+    setup_id: UUID | None = None
+    purpose: str = "step"
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    live: bool  # False: the turn was no longer running; nothing was appended
+    events: list[Event]
+    month_usd: Decimal | None  # the org's spend this month after this write, if it billed
+
+
+_TURN_SET = (
+    "steps = :steps, input_tokens = input_tokens + :d_in, output_tokens = output_tokens + :d_out,"
+    " cache_read_tokens = cache_read_tokens + :d_cr, cache_write_tokens = cache_write_tokens"
+    " + :d_cw, cost_usd = cost_usd + :d_cost, heartbeat_at = now()"
+)
+_FINISH_SET = ", status = :status, stop_reason = :stop_reason, error = :error, ended_at = now()"
+_MODEL_CALL = """_mc AS (
+  INSERT INTO model_calls (org_id, thread_id, turn_id, setup_id, step, purpose, provider, model,
+    stop_reason, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
+    usage_reported, cost_usd, priced, duration_ms, request_meta)
+  VALUES (:org_id, :thread_id, :turn_id, :mc_setup_id, :mc_step, :mc_purpose, :mc_provider,
+    :mc_model, :mc_stop_reason, :d_in, :d_out, :d_cr, :d_cw, :mc_reported, :d_cost, :mc_priced,
+    :mc_duration_ms, CAST(:mc_meta AS jsonb))
+), _usage AS (
+  INSERT INTO org_usage (org_id, month, cost_usd, tokens)
+  VALUES (:org_id, date_trunc('month', now())::date, :d_cost, :d_in + :d_out + :d_cr + :d_cw)
+  ON CONFLICT (org_id, month) DO UPDATE
+    SET cost_usd = org_usage.cost_usd + EXCLUDED.cost_usd,
+        tokens = org_usage.tokens + EXCLUDED.tokens
+  RETURNING cost_usd
+)"""
+_step_sql: dict[tuple[bool, bool], sa.TextClause] = {}
+
+
+def _step_statement(billed: bool, finish: bool) -> sa.TextClause:
+    key = (billed, finish)
+    if key not in _step_sql:
+        seq_cte, insert = append_cte(guard="_turn")
+        turn_cte = (
+            f"_turn AS (UPDATE turns SET {_TURN_SET}{_FINISH_SET if finish else ''}"
+            " WHERE id = :turn_id AND org_id = :org_id AND status = 'running' RETURNING id)"
+        )
+        ctes = [turn_cte] + ([_MODEL_CALL] if billed else []) + [seq_cte, f"_ev AS ({insert})"]
+        month = "(SELECT cost_usd FROM _usage)" if billed else "NULL::numeric"
+        _step_sql[key] = sa.text(
+            "WITH " + ",\n".join(ctes) + "\nSELECT (SELECT count(*) FROM _turn) AS live, "
+            f"{month} AS month_usd, "
+            "(SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data', data,"
+            " 'created_at', created_at) ORDER BY seq), '[]') FROM _ev) AS events"
+        )
+    return _step_sql[key]
+
+
+async def write_step(
+    db: Database,
+    scope: Scope,
+    thread_id: UUID,
+    turn_id: UUID,
+    items: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    steps: int,
+    model_call: ModelCallRow | None = None,
+    finish: tuple[str, str, str | None] | None = None,
+) -> StepWrite:
+    """Persist one step in one statement. `finish` = (status, stop_reason, error)."""
+    params: dict[str, Any] = {
+        "org_id": scope.org_id,
+        "thread_id": thread_id,
+        "turn_id": turn_id,
+        "steps": steps,
+        "d_in": 0,
+        "d_out": 0,
+        "d_cr": 0,
+        "d_cw": 0,
+        "d_cost": Decimal(0),
+    }
+    params.update(event_params(items))
+    if model_call is not None:
+        mc = model_call
+        params.update(
+            d_in=mc.input_tokens,
+            d_out=mc.output_tokens,
+            d_cr=mc.cache_read_tokens,
+            d_cw=mc.cache_write_tokens,
+            d_cost=mc.cost_usd,
+            mc_setup_id=mc.setup_id,
+            mc_step=mc.step,
+            mc_purpose=mc.purpose,
+            mc_provider=mc.provider,
+            mc_model=mc.model,
+            mc_stop_reason=mc.stop_reason,
+            mc_reported=mc.usage_reported,
+            mc_priced=mc.priced,
+            mc_duration_ms=mc.duration_ms,
+            mc_meta=json.dumps(mc.request_meta, separators=(",", ":"), default=str),
+        )
+    if finish is not None:
+        params.update(status=finish[0], stop_reason=finish[1], error=finish[2])
+    stmt = _step_statement(model_call is not None, finish is not None)
+    async with db.begin() as conn:
+        row = (await conn.execute(stmt, params)).one()
+    written = [
+        Event(e["seq"], e["kind"], e["data"], turn_id, e["created_at"], thread_id)
+        for e in row.events
+    ]
+    month = Decimal(row.month_usd) if row.month_usd is not None else None
+    return StepWrite(bool(row.live), written, month)
+
+
+async def heartbeat(db: Database, turn_id: UUID) -> bool:
+    """Mark the turn alive; False if it is no longer running (reaped or finished)."""
+    stmt = (
+        turns.update()
+        .where(turns.c.id == turn_id, turns.c.status == "running")
+        .values(heartbeat_at=sa.func.now())
+        .returning(turns.c.id)
+    )
+    async with db.begin() as conn:
+        return (await conn.execute(stmt)).first() is not None
+
+
+@dataclass(frozen=True, slots=True)
+class LostTurn:
+    org_id: UUID
+    thread_id: UUID
+    turn_id: UUID
+    owner: str
+    ended: Event  # the committed `turn_ended` event
+
+
+async def reap_lost_turns(db: Database, ttl: float) -> list[LostTurn]:
+    """Close turns whose owner stopped heartbeating more than `ttl` seconds ago (all orgs:
+    this is the reaper's system-level sweep) and append their `turn_ended` events."""
+    stmt = sa.text("""
+        UPDATE turns SET status = 'error', stop_reason = 'error:lost',
+               error = 'owner stopped heartbeating', ended_at = now()
+         WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => :ttl)
+        RETURNING org_id, thread_id, id, owner
+    """)
+    seq_cte, insert = append_cte()
+    append = sa.text(f"WITH {seq_cte} {insert}")
+    lost: list[LostTurn] = []
+    async with db.begin() as conn:
+        for row in (await conn.execute(stmt, {"ttl": ttl})).all():
+            params = {"org_id": row.org_id, "thread_id": row.thread_id, "turn_id": row.id}
+            params.update(
+                event_params(
+                    [
+                        (
+                            "turn_ended",
+                            {
+                                "turn_id": str(row.id),
+                                "status": "error",
+                                "stop_reason": "error:lost",
+                            },
+                        )
+                    ]
+                )
+            )
+            ended = to_event((await conn.execute(append, params)).one(), row.thread_id)
+            lost.append(LostTurn(row.org_id, row.thread_id, row.id, row.owner, ended))
+    return lost
+
+
+def _turn(row: Any) -> Turn:
+    return Turn(
+        row.id,
+        row.org_id,
+        row.thread_id,
+        row.status,
+        row.stop_reason,
+        row.error,
+        row.config_snapshot,
+        row.config_hash,
+        row.owner,
+        row.steps,
+        row.input_tokens,
+        row.output_tokens,
+        row.cache_read_tokens,
+        row.cache_write_tokens,
+        row.cost_usd,
+        row.started_at,
+        row.ended_at,
+        row.heartbeat_at,
+    )
+
+
+async def get_turn(db: Database, scope: Scope, turn_id: UUID) -> Turn:
+    stmt = sa.select(turns).where(turns.c.id == turn_id, turns.c.org_id == scope.org_id)
+    async with db.connect() as conn:
+        row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise NotFound("turn not found")
+    return _turn(row)
+
+
+async def list_turns(db: Database, scope: Scope, thread_id: UUID, *, limit: int = 50) -> list[Turn]:
+    stmt = (
+        sa.select(turns)
+        .where(turns.c.thread_id == thread_id, turns.c.org_id == scope.org_id)
+        .order_by(turns.c.started_at.desc(), turns.c.id.desc())
+        .limit(limit)
+    )
+    async with db.connect() as conn:
+        return [_turn(r) for r in (await conn.execute(stmt)).all()]

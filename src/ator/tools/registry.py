@@ -1,0 +1,156 @@
+"""The tools mounted for one step, and running them (layer: tools; imports jsonschema,
+ator.tools.base, ator.errors).
+
+`ToolRegistry.run_all` validates every call's input against its schema (an invalid input
+becomes an `is_error` result carrying the validation message, never a silent `{}`), runs the
+valid ones concurrently, each under its own timeout, and returns results in call order.
+Cancelling the caller cancels every running tool. Results longer than the cap are cut with a
+visible marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from ator.errors import ConfigError
+from ator.providers.base import ToolSpec
+from ator.tools.base import Tool, ToolCall, ToolContext, ToolOutcome
+
+__all__ = ["ToolRegistry", "truncate"]
+
+
+def truncate(text: str, limit: int) -> tuple[str, int | None]:
+    """Cut `text` to `limit` characters with a marker; returns (text, original length or None)."""
+    if len(text) <= limit:
+        return text, None
+    marker = f"\n[truncated: showing {limit} of {len(text)} characters]"
+    return text[: max(0, limit - len(marker))] + marker, len(text)
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._validators: dict[str, Draft202012Validator] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        """Mount a tool. The same name with a different schema is an error, not an overwrite."""
+        existing = self._tools.get(tool.name)
+        if existing is not None:
+            if existing.input_schema != tool.input_schema:
+                raise ConfigError(f"two tools named {tool.name!r} with different schemas")
+            return
+        try:
+            Draft202012Validator.check_schema(tool.input_schema)
+        except SchemaError as exc:
+            raise ConfigError(
+                f"tool {tool.name!r} has an invalid input schema: {exc.message}"
+            ) from exc
+        self._tools[tool.name] = tool
+        self._validators[tool.name] = Draft202012Validator(tool.input_schema)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def filtered(self, allow: Sequence[str] | None, deny: Sequence[str] = ()) -> ToolRegistry:
+        """A registry with only the tools the setup's policy allows (None = all)."""
+        out = ToolRegistry()
+        for name, tool in self._tools.items():
+            if (allow is None or name in allow) and name not in deny:
+                # Share the compiled validators: schemas were checked when first added.
+                out._tools[name] = tool
+                out._validators[name] = self._validators[name]
+        return out
+
+    def specs(self, *, description_limit: int = 4000) -> list[ToolSpec]:
+        out = []
+        for tool in self._tools.values():
+            desc, _ = truncate(tool.description, description_limit)
+            out.append(ToolSpec(tool.name, desc, tool.input_schema))
+        return out
+
+    def validate(self, call: ToolCall) -> str | None:
+        """The reason a call cannot run, or None when it can."""
+        if call.name not in self._tools:
+            known = ", ".join(sorted(self._tools)) or "none"
+            return f"Unknown tool {call.name!r}. Available tools: {known}."
+        if call.input is None:
+            return f"The arguments for {call.name!r} were not valid JSON: {call.raw[:500]!r}"
+        errors = sorted(
+            self._validators[call.name].iter_errors(call.input), key=lambda e: list(e.path)
+        )
+        if errors:
+            lines = []
+            for err in errors[:5]:
+                where = "/".join(str(p) for p in err.absolute_path) or "(root)"
+                lines.append(f"- at {where}: {err.message}")
+            return f"Invalid arguments for tool {call.name!r}:\n" + "\n".join(lines)
+        return None
+
+    async def run_all(
+        self,
+        calls: Sequence[ToolCall],
+        ctx_for: Any,
+        *,
+        default_timeout: float,
+        result_limit: int,
+    ) -> list[ToolOutcome]:
+        """Run calls concurrently; one outcome per call, in call order. `ctx_for(call)`
+        builds each call's ToolContext."""
+        tasks = [
+            asyncio.ensure_future(self._run_one(c, ctx_for(c), default_timeout, result_limit))
+            for c in calls
+        ]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            raise
+
+    async def _run_one(
+        self, call: ToolCall, ctx: ToolContext, default_timeout: float, result_limit: int
+    ) -> ToolOutcome:
+        started = time.perf_counter()
+
+        def outcome(text: str, is_error: bool) -> ToolOutcome:
+            content, original = truncate(text, result_limit)
+            ms = int((time.perf_counter() - started) * 1000)
+            return ToolOutcome(call.id, call.name, content, is_error, ms, original)
+
+        problem = self.validate(call)
+        if problem is not None:
+            return outcome(problem, True)
+        tool = self._tools[call.name]
+        timeout = tool.timeout if tool.timeout is not None else default_timeout
+        assert call.input is not None
+        try:
+            async with asyncio.timeout(timeout):
+                value = await tool.handler(call.input, ctx)
+        except TimeoutError:
+            return outcome(f"Tool {call.name!r} timed out after {timeout:g}s.", True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a tool's failure is data for the model, not a crash
+            return outcome(f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", True)
+        return outcome(_render(value), False)
