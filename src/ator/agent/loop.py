@@ -131,7 +131,7 @@ async def run_loop(
         if blocked is not None:
             return LoopOutcome("budget", step, usage, cost, blocked)
         request = ModelRequest(
-            model=model, messages=messages, system=system, tools=specs,
+            model=model, messages=list(messages), system=system, tools=specs,
             max_tokens=caps.max_output_tokens, user_id=user_id, cache=cache,
         )
         try:

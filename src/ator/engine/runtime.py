@@ -16,6 +16,7 @@ actor and the reaper, and every method that touches tenant data takes a `Scope`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -29,7 +30,7 @@ from uuid import UUID
 import ator
 from ator.agent.caps import Caps
 from ator.coord import coordinator_from_url
-from ator.coord.base import Coordinator
+from ator.coord.base import Coordinator, Subscription
 from ator.cost.prices import PriceTable
 from ator.engine.actor import Actor
 from ator.engine.reaper import Reaper
@@ -164,6 +165,7 @@ class Ator:
         if self._engine_started:
             await self.reaper.close()
             await self.actor.close()
+        await self.providers.aclose()
         await self.coord.close()
         await self.db.close()
 
@@ -275,14 +277,14 @@ class Ator:
             found = await self.events(scope, thread_id, after_seq=after_seq, limit=limit)
             if found:
                 return found
-            it = aiter(sub)
-            while (left := deadline - loop.time()) > 0:
-                try:
-                    _ch, message = await asyncio.wait_for(anext(it), left)
-                except TimeoutError:
-                    return []
-                if json.loads(message).get("seq", 0) > after_seq:
-                    return await self.events(scope, thread_id, after_seq=after_seq, limit=limit)
+            async with _Inbox(sub) as inbox:
+                while (left := deadline - loop.time()) > 0:
+                    message = await inbox.get(left)
+                    if message is None:
+                        return []
+                    if json.loads(message).get("seq", 0) > after_seq:
+                        return await self.events(scope, thread_id, after_seq=after_seq,
+                                                 limit=limit)
         return []
 
     async def turn(self, scope: Scope, turn_id: UUID) -> Turn:
@@ -310,21 +312,47 @@ class Ator:
             item, _created = await self.submit(scope, thread_id, text,
                                                client_message_id=client_message_id)
             waiter = _TurnWaiter(str(item.id))
-            it = aiter(sub)
-            while not waiter.done:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise TimeoutError(f"no reply within {timeout:g}s")
-                try:
-                    _ch, message = await asyncio.wait_for(
-                        anext(it), min(left, self.settings.lease_ttl)
-                    )
-                except TimeoutError:
-                    await waiter.check_database(self, scope, thread_id)
-                    continue
-                waiter.feed(json.loads(message))
-            assert waiter.result is not None
+            async with _Inbox(sub) as inbox:
+                while waiter.result is None:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        raise TimeoutError(f"no reply within {timeout:g}s")
+                    message = await inbox.get(min(left, self.settings.lease_ttl))
+                    if message is None:
+                        await waiter.check_database(self, scope, thread_id)
+                    else:
+                        waiter.feed(json.loads(message))
             return waiter.result
+
+
+class _Inbox:
+    """Reads a subscription into a queue, so waiting with a timeout never cancels the
+    subscription's own iterator."""
+
+    def __init__(self, sub: Subscription) -> None:
+        self._sub = sub
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> _Inbox:
+        self._task = asyncio.create_task(self._read())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _read(self) -> None:
+        async for _channel, message in self._sub:
+            self._queue.put_nowait(message)
+
+    async def get(self, timeout: float) -> str | None:
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
 
 
 class _TurnWaiter:
@@ -335,10 +363,6 @@ class _TurnWaiter:
         self.turn_id: str | None = None
         self.collected: list[dict[str, Any]] = []
         self.result: TurnResult | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.result is not None
 
     def feed(self, notice: dict[str, Any]) -> None:
         for ev in notice.get("events", []):

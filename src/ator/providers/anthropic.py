@@ -46,7 +46,9 @@ MAX_CACHE_BREAKPOINTS: Final = 4
 _EPHEMERAL: Final = {"type": "ephemeral"}
 
 # 429s that no amount of waiting clears within a turn: spend limits, not rate limits.
-_SPEND_LIMIT_CODES: Final = frozenset({"enforced_spend_limit_reached", "contract_spend_limit_reached"})
+_SPEND_LIMIT_CODES: Final = frozenset(
+    {"enforced_spend_limit_reached", "contract_spend_limit_reached"}
+)
 _CONTEXT_OVERFLOW = re.compile(
     r"prompt is too long|too many (?:input )?tokens|context (?:window|limit|length)"
     r"|exceeds? (?:the )?(?:model'?s? )?(?:maximum )?context",

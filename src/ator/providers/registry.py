@@ -34,6 +34,15 @@ class ProviderRegistry:
         """Make `name` resolve to this instance (tests, embedders with custom models)."""
         self._overrides[name] = provider
 
+    async def aclose(self) -> None:
+        """Close the HTTP clients of every provider this registry built."""
+        cached = list(self._cache.values())
+        self._cache.clear()
+        for provider in cached:
+            aclose = getattr(provider, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
     def known(self) -> list[str]:
         return sorted({*KNOWN_PROVIDERS, *self._overrides})
 

@@ -93,9 +93,7 @@ class AnthropicWireFake(WireFake):
                         return 400, f"messages.{i}.content.{j}.thinking.signature: Field required"
                     if block.get("type") == "text" and not block.get("text"):
                         return 400, f"messages.{i}: text content blocks must be non-empty"
-        found = _count_cache_control(
-            [body.get("system"), body.get("tools"), body["messages"]]
-        )
+        found = _count_cache_control([body.get("system"), body.get("tools"), body["messages"]])
         if found > MAX_CACHE_BREAKPOINTS:
             return 400, (
                 f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be "
@@ -145,12 +143,16 @@ class AnthropicWireFake(WireFake):
         ]
         index = 0
         if reply.thinking is not None:
-            events.append(_block_start(index, {"type": "thinking", "thinking": "", "signature": ""}))
+            events.append(
+                _block_start(index, {"type": "thinking", "thinking": "", "signature": ""})
+            )
             events.append(sse({"type": "ping"}, "ping"))
             for piece in split_text(reply.thinking):
                 events.append(_delta(index, {"type": "thinking_delta", "thinking": piece}))
             if reply.signature is not None:
-                events.append(_delta(index, {"type": "signature_delta", "signature": reply.signature}))
+                events.append(
+                    _delta(index, {"type": "signature_delta", "signature": reply.signature})
+                )
             events.append(_block_stop(index))
             index += 1
         text = split_text(reply.text)
@@ -210,7 +212,9 @@ def _block_start(index: int, block: dict[str, Any]) -> bytes:
 
 
 def _delta(index: int, delta: dict[str, Any]) -> bytes:
-    return sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+    return sse(
+        {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
+    )
 
 
 def _block_stop(index: int) -> bytes:

@@ -138,7 +138,9 @@ class OpenAIWireFake(WireFake):
             for fragment in split_fragments(tool_arguments(call), call.fragments):
                 if fragment:
                     events.append(
-                        chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+                        chunk(
+                            {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
+                        )
                     )
         finish = reply.stop_reason or ("tool_calls" if reply.tool_calls else "stop")
         events.append(chunk({}, finish))

@@ -237,6 +237,7 @@ class WireFake:
         self.port = 0
         self.requests: list[RecordedRequest] = []
         self.failures: list[str] = []
+        self._received = asyncio.Condition()
 
     # -- lifecycle
 
@@ -297,6 +298,11 @@ class WireFake:
         """Script items not yet played."""
         return len(self._script)
 
+    async def wait_for_requests(self, count: int = 1) -> None:
+        """Return once `count` requests have arrived (bound it with asyncio.timeout)."""
+        async with self._received:
+            await self._received.wait_for(lambda: len(self.requests) >= count)
+
     def push(self, *items: ScriptItem) -> None:
         self._script.extend(items)
 
@@ -309,7 +315,9 @@ class WireFake:
         """(status, message) if the vendor API would reject this request, else None."""
         return None
 
-    def error_body(self, status: int, message: str, error_type: str | None, code: str | None) -> Any:
+    def error_body(
+        self, status: int, message: str, error_type: str | None, code: str | None
+    ) -> Any:
         raise NotImplementedError
 
     def stream_events(self, reply: Reply, request: RecordedRequest) -> list[bytes]:
@@ -390,6 +398,8 @@ class WireFake:
     ) -> bool:
         """Answer one request; False when the connection must not be reused."""
         self.requests.append(request)
+        async with self._received:
+            self._received.notify_all()
         path = request.path.split("?", 1)[0]
         if request.method != "POST" or path != self.endpoint:
             self.failures.append(f"unexpected {request.method} {request.path}")

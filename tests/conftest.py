@@ -1,0 +1,131 @@
+"""Shared fixtures: a real PostgreSQL (a fresh database per session), Redis, and Ator factories.
+
+Database: with ATOR_DATABASE_URL set (CI sets it to the machine's server), a fresh database
+is created on that server for the session and dropped at the end; otherwise an embedded
+PostgreSQL is started in a temporary data dir. Redis: ATOR_TEST_REDIS_URL, default
+redis://127.0.0.1:6379/15.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from ator import Ator, Scope, Settings
+from ator.providers.base import Provider
+from ator.store.records import Event
+
+REDIS_URL = os.environ.get("ATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _plain(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+async def database_url() -> AsyncIterator[str]:
+    server = os.environ.get("ATOR_DATABASE_URL")
+    if server is None:
+        from ator.store.embedded import start_embedded
+
+        data = Path(tempfile.mkdtemp(prefix="ator-test-pg-"))
+        server = await asyncio.to_thread(start_embedded, data)
+    name = f"ator_test_{uuid.uuid4().hex[:10]}"
+    admin = _plain(server)
+    conn = await asyncpg.connect(admin)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    yield make_url(admin).set(database=name).render_as_string(hide_password=False)
+    conn = await asyncpg.connect(admin)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def settings_factory(database_url: str, tmp_path: Path) -> Callable[..., Settings]:
+    def make(**overrides: Any) -> Settings:
+        base: dict[str, Any] = {
+            "database_url": database_url,
+            "data_dir": tmp_path / "data",
+            "lease_ttl": 5.0,
+            "reaper_interval": 0.5,
+            "owner_id": f"test-{uuid.uuid4().hex[:6]}",
+        }
+        base.update(overrides)
+        return Settings(**base)
+
+    return make
+
+
+AtorFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def make_ator(settings_factory: Callable[..., Settings]) -> AsyncIterator[AtorFactory]:
+    """`async with make_ator(providers={...}, **settings) as ator:` — closed at test end."""
+    opened: list[Ator] = []
+
+    @asynccontextmanager
+    async def factory(
+        providers: dict[str, Provider] | None = None, tools: Any = None, **overrides: Any
+    ) -> AsyncIterator[Ator]:
+        ator = await Ator.open(settings_factory(**overrides), providers=providers, tools=tools)
+        opened.append(ator)
+        try:
+            yield ator
+        finally:
+            opened.remove(ator)
+            await ator.close()
+
+    yield factory
+    for ator in opened:
+        await ator.close()
+
+
+async def new_thread(
+    ator: Ator, provider: str, *, model: str = "scripted", config: dict[str, Any] | None = None,
+    budget: Any = None,
+) -> tuple[Scope, Any]:
+    org = await ator.create_org(f"org-{uuid.uuid4().hex[:6]}", monthly_budget_usd=budget)
+    scope = Scope(org.id)
+    setup = await ator.create_setup(scope, name="s", provider=provider, model=model,
+                                    config=config)
+    thread = await ator.create_thread(scope, setup.id)
+    return scope, thread
+
+
+async def wait_for_event(
+    ator: Ator, scope: Scope, thread_id: uuid.UUID, predicate: Callable[[Event], bool],
+    *, timeout: float = 30.0, after_seq: int = 0,
+) -> Event:
+    """Follow the thread's events (long-poll, no sleeps) until one matches."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    seq = after_seq
+    while (left := deadline - loop.time()) > 0:
+        for event in await ator.wait_events(scope, thread_id, after_seq=seq, timeout=left):
+            seq = event.seq
+            if predicate(event):
+                return event
+    raise AssertionError("event did not arrive in time")
+
+
+def ended(event: Event) -> bool:
+    return event.kind == "turn_ended"
+
+
+WaitFn = Callable[..., Awaitable[Event]]

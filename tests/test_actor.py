@@ -1,0 +1,253 @@
+"""The thread actor on real PostgreSQL: mailbox coalescing, idempotent submit, stop, caps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from decimal import Decimal
+
+import pytest
+
+from ator.errors import NotFound, ProviderError
+from ator.providers.base import MessageStop, ModelRequest, StreamEvent, TextDelta, Usage
+from ator.providers.scripted import ScriptedProvider, ScriptStep
+from ator.store import events as event_store
+from ator.store import mailbox as mailbox_store
+from ator.store import threads as thread_store
+from ator.store import turns as turn_store
+from ator.store.scope import Scope
+from tests.conftest import ended, new_thread, wait_for_event
+
+
+class GatedProvider:
+    """Answers each call with the user texts it saw; the first call waits for `gate`."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.requests: list[ModelRequest] = []
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.requests.append(request)
+        if len(self.requests) == 1:
+            self.entered.set()
+            await self.gate.wait()
+        last = request.messages[-1]
+        texts = [b["text"] for b in last["content"] if b["type"] == "text"]
+        yield TextDelta("seen: " + " | ".join(texts))
+        yield MessageStop("end_turn", Usage(3, 2), request.model)
+
+
+async def test_messages_arriving_during_a_turn_become_exactly_one_next_turn(make_ator) -> None:
+    provider = GatedProvider()
+    async with make_ator(providers={"gated": provider}) as ator:
+        scope, thread = await new_thread(ator, "gated")
+        await ator.submit(scope, thread.id, "first")
+        await asyncio.wait_for(provider.entered.wait(), 10)
+        for text in ("second", "third", "fourth"):
+            await ator.submit(scope, thread.id, text)
+        provider.gate.set()
+        first_end = await wait_for_event(ator, scope, thread.id, ended)
+        second_end = await wait_for_event(ator, scope, thread.id, ended, after_seq=first_end.seq)
+        assert second_end.data["stop_reason"] == "end_turn"
+
+        turns = await ator.turns(scope, thread.id)
+        assert len(turns) == 2
+        assert len(provider.requests) == 2
+        # The three queued messages reached the model as one user message of the second turn.
+        last_user = provider.requests[1].messages[-1]
+        assert last_user["role"] == "user"
+        assert [b["text"] for b in last_user["content"]] == ["second", "third", "fourth"]
+        events = await ator.events(scope, thread.id)
+        second_turn = {e.seq: e for e in events if e.turn_id == turns[0].id}
+        assert sum(1 for e in second_turn.values() if e.kind == "message") == 3
+
+
+async def test_same_client_message_id_runs_once_even_when_concurrent(make_ator) -> None:
+    provider = ScriptedProvider([ScriptStep(text="ok")])
+    async with make_ator(providers={"s": provider}) as ator:
+        scope, thread = await new_thread(ator, "s")
+        results = await asyncio.gather(
+            *(ator.submit(scope, thread.id, "hello", client_message_id="m-1") for _ in range(8))
+        )
+        assert sum(created for _item, created in results) == 1
+        assert len({item.id for item, _ in results}) == 1
+        await wait_for_event(ator, scope, thread.id, ended)
+        # A later resend is still a no-op.
+        item, created = await ator.submit(scope, thread.id, "hello", client_message_id="m-1")
+        assert not created and item.id == results[0][0].id
+        events = await ator.events(scope, thread.id)
+        assert [e.kind for e in events].count("message") == 1
+        assert len(await ator.turns(scope, thread.id)) == 1
+
+
+async def test_invalid_tool_arguments_reach_the_model_as_an_error_result(make_ator) -> None:
+    provider = ScriptedProvider(
+        [ScriptStep(tool_calls=[("calculator", {"expr": 42})]), ScriptStep(text="sorry")]
+    )
+    provider.record_requests = True
+    async with make_ator(providers={"s": provider}) as ator:
+        scope, thread = await new_thread(ator, "s")
+        result = await ator.ask(scope, thread.id, "compute", timeout=30)
+        assert result.stop_reason == "end_turn"
+        second = provider.requests[1].messages[-1]["content"][0]
+        assert second["type"] == "tool_result" and second["is_error"] is True
+        assert "Invalid arguments for tool 'calculator'" in second["content"]
+        assert "'expression' is a required property" in second["content"]
+        stored = [e for e in await ator.events(scope, thread.id) if e.kind == "tool_results"]
+        assert stored[0].data["results"][0]["is_error"] is True
+
+
+async def test_unparseable_tool_json_is_an_error_result_not_an_empty_object(make_ator) -> None:
+    provider = ScriptedProvider(
+        [ScriptStep(raw_tool_calls=[("calculator", '{"expression": "1+')]), ScriptStep(text="k")]
+    )
+    provider.record_requests = True
+    async with make_ator(providers={"s": provider}) as ator:
+        scope, thread = await new_thread(ator, "s")
+        await ator.ask(scope, thread.id, "go", timeout=30)
+        block = provider.requests[1].messages[-1]["content"][0]
+        assert block["is_error"] and "not valid JSON" in block["content"]
+
+
+async def test_runaway_model_stops_at_the_step_cap(make_ator) -> None:
+    provider = ScriptedProvider(
+        [ScriptStep(tool_calls=[("current_time", {})])], repeat_last=True
+    )
+    async with make_ator(providers={"s": provider}) as ator:
+        scope, thread = await new_thread(ator, "s", config={"caps": {"max_steps": 4}})
+        result = await ator.ask(scope, thread.id, "loop forever", timeout=30)
+        assert result.stop_reason == "max_steps"
+        turn = await ator.turn(scope, result.turn_id)
+        assert turn.steps == 4 and turn.status == "done"
+        kinds = [e.kind for e in await ator.events(scope, thread.id)]
+        assert kinds.count("assistant") == 4 and kinds.count("tool_results") == 4
+
+
+async def test_token_cap_ends_the_turn(make_ator) -> None:
+    provider = ScriptedProvider(
+        [ScriptStep(tool_calls=[("current_time", {})], usage=Usage(600, 10))], repeat_last=True
+    )
+    async with make_ator(providers={"s": provider}) as ator:
+        scope, thread = await new_thread(ator, "s", config={"caps": {"max_turn_tokens": 1500}})
+        result = await ator.ask(scope, thread.id, "spend", timeout=30)
+        assert result.stop_reason == "token_cap"
+        assert (await ator.turn(scope, result.turn_id)).steps == 3
+
+
+async def test_a_provider_that_hangs_stops_as_stalled(make_ator) -> None:
+    provider = ScriptedProvider([ScriptStep(hang=True)])
+    async with make_ator(providers={"s": provider}) as ator:
+        scope, thread = await new_thread(ator, "s", config={"caps": {"stall_timeout": 0.3}})
+        result = await ator.ask(scope, thread.id, "hello?", timeout=30)
+        assert result.stop_reason == "stalled"
+        assert result.status == "done"
+
+
+async def test_turn_wall_time_cap_is_timeout(make_ator) -> None:
+    provider = ScriptedProvider([ScriptStep(hang=True)])
+    async with make_ator(providers={"s": provider}) as ator:
+        caps = {"stall_timeout": 30, "turn_timeout": 0.3}
+        scope, thread = await new_thread(ator, "s", config={"caps": caps})
+        result = await ator.ask(scope, thread.id, "hello?", timeout=30)
+        assert result.stop_reason == "timeout"
+
+
+async def test_transient_errors_are_retried_then_succeed(make_ator) -> None:
+    calls = 0
+
+    def responder(request: ModelRequest) -> ScriptStep:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return ScriptStep(error=ProviderError("overloaded", kind="overloaded", retryable=True,
+                                                  retry_after=0.05))
+        return ScriptStep(text="fine")
+
+    async with make_ator(providers={"s": ScriptedProvider(responder=responder)}) as ator:
+        scope, thread = await new_thread(ator, "s")
+        result = await ator.ask(scope, thread.id, "hi", timeout=30)
+        assert (result.stop_reason, result.text, calls) == ("end_turn", "fine", 2)
+
+
+async def test_a_permanent_provider_error_is_typed(make_ator) -> None:
+    err = ProviderError("bad key", kind="auth")
+    async with make_ator(providers={"s": ScriptedProvider([ScriptStep(error=err)])}) as ator:
+        scope, thread = await new_thread(ator, "s")
+        result = await ator.ask(scope, thread.id, "hi", timeout=30)
+        assert (result.status, result.stop_reason) == ("error", "error:auth")
+
+
+async def test_stop_cancels_the_running_turn_with_its_reason(make_ator) -> None:
+    provider = GatedProvider()
+    async with make_ator(providers={"gated": provider}) as ator:
+        scope, thread = await new_thread(ator, "gated")
+        await ator.submit(scope, thread.id, "long job")
+        await asyncio.wait_for(provider.entered.wait(), 10)
+        await ator.stop(scope, thread.id)
+        event = await wait_for_event(ator, scope, thread.id, ended)
+        assert event.data["stop_reason"] == "cancelled:user"
+        assert (await ator.turns(scope, thread.id))[0].status == "cancelled"
+        # The thread is usable again.
+        provider.gate.set()
+        result = await ator.ask(scope, thread.id, "again", timeout=30)
+        assert result.stop_reason == "end_turn"
+
+
+async def test_org_budget_stops_turns_once_spent(make_ator) -> None:
+    step = ScriptStep(text="pricey", usage=Usage(input_tokens=1_000_000, output_tokens=0))
+    provider = ScriptedProvider([step], repeat_last=True)
+    async with make_ator(providers={"s": provider}) as ator:
+        # claude-haiku-4-5 input is $1/MTok: the first turn spends the whole $1 budget.
+        scope, thread = await new_thread(ator, "s", model="claude-haiku-4-5",
+                                         budget=Decimal("1.00"))
+        first = await ator.ask(scope, thread.id, "one", timeout=30)
+        assert first.stop_reason == "end_turn" and first.cost_usd == Decimal("1")
+        second = await ator.ask(scope, thread.id, "two", timeout=30)
+        assert second.stop_reason == "budget"
+        assert (await ator.turn(scope, second.turn_id)).steps == 0
+
+
+async def test_unpriced_model_with_a_budget_fails_closed(make_ator) -> None:
+    async with make_ator(providers={"s": ScriptedProvider([ScriptStep(text="x")])}) as ator:
+        scope, thread = await new_thread(ator, "s", model="mystery-model",
+                                         budget=Decimal("5"))
+        result = await ator.ask(scope, thread.id, "hi", timeout=30)
+        assert result.stop_reason == "budget"
+
+
+async def test_another_orgs_thread_is_not_found(make_ator) -> None:
+    async with make_ator(providers={"s": ScriptedProvider([ScriptStep(text="x")])}) as ator:
+        scope, thread = await new_thread(ator, "s")
+        result = await ator.ask(scope, thread.id, "secret plans", timeout=30)
+        other = Scope((await ator.create_org("intruder")).id)
+        with pytest.raises(NotFound):
+            await thread_store.get_thread(ator.db, other, thread.id)
+        with pytest.raises(NotFound):
+            await mailbox_store.submit(ator.db, other, thread.id, client_message_id="x",
+                                       kind="message", content={})
+        with pytest.raises(NotFound):
+            await turn_store.get_turn(ator.db, other, result.turn_id)
+        with pytest.raises(NotFound):
+            await turn_store.load_context(ator.db, other, thread.id)
+        assert await event_store.read_events(ator.db, other, thread.id) == []
+        assert await turn_store.list_turns(ator.db, other, thread.id) == []
+        assert await thread_store.list_threads(ator.db, other) == []
+        with pytest.raises(NotFound):
+            await ator.stop(other, thread.id)
+
+
+async def test_a_one_tool_turn_costs_at_most_six_statements_and_five_commits(make_ator) -> None:
+    from ator.providers.scripted import tool_then_answer
+
+    provider = tool_then_answer("calculator", {"expression": "6*7"}, "42")
+    async with make_ator(providers={"s": provider}) as ator:
+        scope, thread = await new_thread(ator, "s")
+        await ator.ask(scope, thread.id, "warm up", timeout=30)  # first-connection queries
+        statements, commits = ator.db.stats.snapshot()
+        result = await ator.ask(scope, thread.id, "6*7?", timeout=30)
+        after = ator.db.stats.snapshot()
+        assert result.text == "42"
+        assert (after[0] - statements, after[1] - commits) == (6, 5)
