@@ -9,6 +9,8 @@ import json
 import time
 from typing import Any
 
+import anthropic
+import httpx2
 import pytest
 
 from ator.errors import ConfigError, ContextOverflow, ProviderError
@@ -298,6 +300,29 @@ def test_markers_from_history_are_replaced_not_added() -> None:
     assert marked["cache_control"] == {"type": "ephemeral"}  # not stripped in place
 
 
+def test_markers_nested_in_tool_results_are_stripped_too() -> None:
+    inner = {"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}
+    result = {"type": "tool_result", "tool_use_id": "t", "content": [inner] * 5}
+    request = ModelRequest(model=MODEL, messages=[{"role": "user", "content": [result]}])
+    assert count_cache_control(build_params(request)) == 1
+
+
+async def test_the_fake_rejects_more_than_four_breakpoints_like_the_api() -> None:
+    marked = {"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}
+    async with (
+        AnthropicWireFake([Reply(text="never")], strict=False) as fake,
+        anthropic.AsyncAnthropic(api_key="k", base_url=fake.base_url, max_retries=0) as client,
+    ):
+        with pytest.raises(anthropic.BadRequestError, match="maximum of 4 blocks"):
+            await client.messages.create(
+                model=MODEL,
+                max_tokens=10,
+                messages=[{"role": "user", "content": [marked] * 5}],  # type: ignore[list-item]
+                stream=True,
+            )
+    assert fake.failures and fake.remaining == 1
+
+
 def test_no_breakpoints_when_cache_is_off() -> None:
     assert count_cache_control(build_params(rich_request(cache=False))) == 0
 
@@ -391,6 +416,13 @@ async def test_custom_base_url_with_a_path_prefix() -> None:
     async with PrefixedFake([Reply(text="ok")]) as fake:
         events = await run(fake, req())
     assert fake.last_request.path == "/gateway/anthropic/v1/messages"
+    assert isinstance(events[-1], MessageStop)
+
+
+async def test_a_caller_supplied_http_client_is_used_and_left_open() -> None:
+    async with AnthropicWireFake([Reply(text="ok")]) as fake, httpx2.AsyncClient() as http:
+        events = await run(fake, req(), http_client=http)
+        assert not http.is_closed
     assert isinstance(events[-1], MessageStop)
 
 
@@ -512,8 +544,9 @@ async def test_dropped_connection_is_a_network_error() -> None:
     assert (exc.kind, exc.retryable) == ("network", True)
 
 
-async def test_stalled_stream_times_out() -> None:
-    async with AnthropicWireFake([Hang()]) as fake:
+@pytest.mark.parametrize("first_event", [True, False], ids=["mid-stream", "before-headers"])
+async def test_stalled_stream_times_out(first_event: bool) -> None:
+    async with AnthropicWireFake([Hang(send_first_event=first_event)]) as fake:
         with pytest.raises(ProviderError) as info:
             await run(fake, req(), timeout=0.3)
     assert (info.value.kind, info.value.retryable) == ("timeout", True)

@@ -6,6 +6,7 @@ import asyncio
 import copy
 from typing import Any
 
+import httpx2
 import pytest
 
 from ator.errors import ContextOverflow, ProviderError
@@ -293,6 +294,13 @@ async def test_api_key_and_default_headers() -> None:
     assert fake.last_request.headers["x-tenant"] == "acme"
 
 
+async def test_a_caller_supplied_http_client_is_used_and_left_open() -> None:
+    async with OpenAIWireFake([Reply(text="ok")]) as fake, httpx2.AsyncClient() as http:
+        events = await run(fake, req(), http_client=http)
+        assert not http.is_closed
+    assert isinstance(events[-1], MessageStop)
+
+
 async def test_without_api_key_the_environment_key_is_never_sent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -413,8 +421,9 @@ async def test_dropped_connection_is_a_network_error() -> None:
     assert (exc.kind, exc.retryable) == ("network", True)
 
 
-async def test_stalled_stream_times_out() -> None:
-    async with OpenAIWireFake([Hang()]) as fake:
+@pytest.mark.parametrize("first_event", [True, False], ids=["mid-stream", "before-headers"])
+async def test_stalled_stream_times_out(first_event: bool) -> None:
+    async with OpenAIWireFake([Hang(send_first_event=first_event)]) as fake:
         with pytest.raises(ProviderError) as info:
             await run(fake, req(), timeout=0.3)
     assert (info.value.kind, info.value.retryable) == ("timeout", True)

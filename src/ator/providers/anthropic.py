@@ -64,6 +64,8 @@ def build_params(request: ModelRequest) -> dict[str, Any]:
 
     Thinking blocks go back only with their signature (the API rejects unsigned ones); empty
     text blocks are dropped (the API rejects those too), and so is a message left empty.
+    `request.temperature` is not sent: API version 2026-10-21, which SDK 2.x speaks, answers
+    any sampling parameter with a 400.
     With `request.cache`, at most MAX_CACHE_BREAKPOINTS blocks get `cache_control`, by
     priority: the system prompt (the last block flagged `cache`, else the last block), the last
     tool, the last block of the last user message, then earlier flagged system blocks.
@@ -118,8 +120,18 @@ def _wire_message(message: Message) -> dict[str, Any]:
         if kind == "text" and not block.get("text"):
             continue
         # Our placement is the only one: a marker carried in from history would break the cap.
-        out.append({k: copy.deepcopy(v) for k, v in block.items() if k != "cache_control"})
+        out.append(_without_cache_control(block))
     return {"role": message["role"], "content": out}
+
+
+def _without_cache_control(block: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of `block` without cache_control, also inside a tool_result's block list."""
+    out = {k: copy.deepcopy(v) for k, v in block.items() if k != "cache_control"}
+    if isinstance(out.get("content"), list):
+        out["content"] = [
+            _without_cache_control(b) if isinstance(b, dict) else b for b in out["content"]
+        ]
+    return out
 
 
 def _place_breakpoints(

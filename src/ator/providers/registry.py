@@ -60,7 +60,7 @@ class ProviderRegistry:
                 self._cache[key] = ScriptedProvider.from_config(dict(config))
             return self._cache[key]
         if name == "local":
-            key = ("local", str(config.get("model_path", "")))
+            key = ("local", str(config.get("model_path", "")), "")
             if key not in self._cache:
                 from ator.providers.local import LocalProvider
 

@@ -62,7 +62,7 @@ class ScriptStep:
                 tool_calls=[(str(c["name"]), dict(c.get("input", {})))
                             for c in data.get("tool_calls", [])],
                 stop_reason=data.get("stop_reason"),
-                usage=Usage(**{k: int(v) for k, v in usage.items()}) if usage else Usage(10, 5),
+                usage=_usage(usage) if usage else Usage(10, 5),
                 delay=float(data.get("delay", 0.0)),
                 hang=bool(data.get("hang", False)),
                 error=ProviderError(str(err.get("message", "scripted error")),
@@ -73,6 +73,16 @@ class ScriptStep:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"invalid script step {data!r}: {exc}") from exc
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    return Usage(
+        input_tokens=int(raw.get("input_tokens", 0)),
+        output_tokens=int(raw.get("output_tokens", 0)),
+        cache_read_tokens=int(raw.get("cache_read_tokens", 0)),
+        cache_write_tokens=int(raw.get("cache_write_tokens", 0)),
+        reported=bool(raw.get("reported", True)),
+    )
 
 
 def _turn_position(messages: Sequence[Message]) -> int:

