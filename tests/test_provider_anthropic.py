@@ -7,7 +7,7 @@ import copy
 import email.utils
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx2
@@ -317,7 +317,7 @@ async def test_the_fake_rejects_more_than_four_breakpoints_like_the_api() -> Non
             await client.messages.create(
                 model=MODEL,
                 max_tokens=10,
-                messages=[{"role": "user", "content": [marked] * 5}],  # type: ignore[list-item]
+                messages=cast(Any, [{"role": "user", "content": [marked] * 5}]),
                 stream=True,
             )
     assert fake.failures and fake.remaining == 1

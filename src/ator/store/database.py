@@ -11,7 +11,7 @@ statements and commits a piece of work costs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +21,14 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Row, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql.base import Executable
 
 from ator.errors import ConfigError
 from ator.settings import Settings
 
-__all__ = ["Database", "StatementStats", "open_database", "to_async_url"]
+__all__ = ["Database", "StatementStats", "first", "open_database", "to_async_url"]
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK = 0x61746F72  # "ator": pg_advisory_lock key serializing migrations
@@ -35,7 +36,8 @@ _MIGRATION_LOCK = 0x61746F72  # "ator": pg_advisory_lock key serializing migrati
 
 @dataclass
 class StatementStats:
-    """Counts what the engine sent. `commits` counts transactions that committed."""
+    """Counts what the engine sent. `commits` counts write transactions that committed (an
+    explicit COMMIT, or one single-statement write in autocommit)."""
 
     statements: int = 0
     commits: int = 0
@@ -52,6 +54,7 @@ class Database:
         self.url = url
         self.embedded = embedded
         self.stats = StatementStats()
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         sync = engine.sync_engine
         event.listen(sync, "before_cursor_execute", self._on_statement)
         event.listen(sync, "commit", self._on_commit)
@@ -61,6 +64,24 @@ class Database:
 
     def _on_commit(self, *_: Any) -> None:
         self.stats.commits += 1
+
+    async def write(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> list[Row[Any]]:
+        """Run one statement as its own transaction (autocommit: a single statement is atomic
+        in PostgreSQL, and this saves the BEGIN and COMMIT round trips). Returns its rows."""
+        async with self._autocommit.connect() as conn:
+            result = await conn.execute(stmt, params)
+            rows = list(result.all()) if result.returns_rows else []
+        self.stats.commits += 1
+        return rows
+
+    async def read(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> list[Row[Any]]:
+        """Run one read-only statement outside an explicit transaction."""
+        async with self._autocommit.connect() as conn:
+            return list((await conn.execute(stmt, params)).all())
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
@@ -81,6 +102,10 @@ class Database:
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+
+def first(rows: list[Row[Any]]) -> Row[Any] | None:
+    return rows[0] if rows else None
 
 
 def to_async_url(url: str) -> URL:

@@ -76,8 +76,7 @@ async def append_events(
     """Append events outside a turn's own statements (e.g. the reaper's `turn_ended`)."""
     params = {"org_id": scope.org_id, "thread_id": thread_id, "turn_id": turn_id}
     params.update(event_params(items))
-    async with db.begin() as conn:
-        rows = (await conn.execute(_APPEND, params)).all()
+    rows = await db.write(_APPEND, params)
     return [to_event(r, thread_id) for r in rows]
 
 
@@ -94,6 +93,5 @@ async def read_events(
         .order_by(events.c.seq)
         .limit(limit)
     )
-    async with db.connect() as conn:
-        rows = (await conn.execute(stmt)).all()
+    rows = await db.read(stmt)
     return [to_event(r, thread_id) for r in rows]

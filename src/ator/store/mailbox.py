@@ -8,20 +8,30 @@ replica picked up (the replica that took the message died before running it).
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 from uuid import UUID
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB, insert
 
 from ator.errors import NotFound
-from ator.store.database import Database
+from ator.store.database import Database, first
 from ator.store.records import MailboxItem
-from ator.store.schema import mailbox, threads
+from ator.store.schema import mailbox
 from ator.store.scope import Scope
 
 __all__ = ["pending_threads", "submit"]
+
+
+_SUBMIT = sa.text("""
+INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content, sender)
+SELECT :id, t.org_id, t.id, :cmid, :kind, CAST(:content AS jsonb), :sender
+  FROM threads t
+ WHERE t.id = :thread_id AND t.org_id = :org_id AND t.deleted_at IS NULL
+ON CONFLICT ON CONSTRAINT uq_mailbox_thread_client DO NOTHING
+RETURNING *
+""")
 
 
 def _item(row: Any) -> MailboxItem:
@@ -48,38 +58,24 @@ async def submit(
 ) -> tuple[MailboxItem, bool]:
     """Insert an item; returns (item, created). A duplicate returns the first item, created
     False. Raises NotFound when the thread is not this org's or is in the trash."""
-    source = sa.select(
-        sa.literal(uuid.uuid4(), sa.Uuid),
-        threads.c.org_id,
-        threads.c.id,
-        sa.literal(client_message_id),
-        sa.literal(kind),
-        sa.cast(sa.literal(content, sa.JSON), JSONB),
-        sa.literal(scope.user_id, sa.Uuid),
-    ).where(
-        threads.c.id == thread_id, threads.c.org_id == scope.org_id, threads.c.deleted_at.is_(None)
-    )
-    stmt = (
-        insert(mailbox)
-        .from_select(
-            ["id", "org_id", "thread_id", "client_message_id", "kind", "content", "sender"], source
-        )
-        .on_conflict_do_nothing(constraint="uq_mailbox_thread_client")
-        .returning(mailbox)
-    )
-    async with db.begin() as conn:
-        row = (await conn.execute(stmt)).first()
-        if row is not None:
-            return _item(row), True
-        existing = (
-            await conn.execute(
-                sa.select(mailbox).where(
-                    mailbox.c.thread_id == thread_id,
-                    mailbox.c.org_id == scope.org_id,
-                    mailbox.c.client_message_id == client_message_id,
-                )
+    params = {
+        "id": uuid.uuid4(), "org_id": scope.org_id, "thread_id": thread_id,
+        "cmid": client_message_id, "kind": kind, "sender": scope.user_id,
+        "content": json.dumps(content, separators=(",", ":")),
+    }
+    row = first(await db.write(_SUBMIT, params))
+    if row is not None:
+        return _item(row), True
+    # A resend (or a missing thread): return the item already there.
+    existing = first(
+        await db.read(
+            sa.select(mailbox).where(
+                mailbox.c.thread_id == thread_id,
+                mailbox.c.org_id == scope.org_id,
+                mailbox.c.client_message_id == client_message_id,
             )
-        ).first()
+        )
+    )
     if existing is None:
         raise NotFound("thread not found")
     return _item(existing), False
@@ -95,6 +91,5 @@ async def pending_threads(
          WHERE turn_id IS NULL AND created_at < now() - make_interval(secs => :age)
          LIMIT :limit
     """)
-    async with db.connect() as conn:
-        rows = (await conn.execute(stmt, {"age": older_than, "limit": limit})).all()
+    rows = await db.read(stmt, {"age": older_than, "limit": limit})
     return [(r.org_id, r.thread_id) for r in rows]

@@ -14,7 +14,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from ator.errors import Conflict, NotFound
-from ator.store.database import Database
+from ator.store.database import Database, first
 from ator.store.records import Org
 from ator.store.schema import orgs, users
 from ator.store.scope import Scope
@@ -32,21 +32,18 @@ async def create_org(db: Database, name: str, *, monthly_budget_usd: Decimal | N
         .values(id=uuid.uuid4(), name=name, monthly_budget_usd=monthly_budget_usd)
         .returning(orgs)
     )
-    async with db.begin() as conn:
-        return _org((await conn.execute(stmt)).one())
+    return _org((await db.write(stmt))[0])
 
 
 async def get_org(db: Database, scope: Scope) -> Org:
-    async with db.connect() as conn:
-        row = (await conn.execute(sa.select(orgs).where(orgs.c.id == scope.org_id))).first()
+    row = first(await db.read(sa.select(orgs).where(orgs.c.id == scope.org_id)))
     if row is None:
         raise NotFound("org not found")
     return _org(row)
 
 
 async def list_orgs(db: Database) -> list[Org]:
-    async with db.connect() as conn:
-        rows = (await conn.execute(sa.select(orgs).order_by(orgs.c.created_at))).all()
+    rows = await db.read(sa.select(orgs).order_by(orgs.c.created_at))
     return [_org(r) for r in rows]
 
 
@@ -57,8 +54,7 @@ async def set_org_budget(db: Database, scope: Scope, monthly_budget_usd: Decimal
         .values(monthly_budget_usd=monthly_budget_usd)
         .returning(orgs)
     )
-    async with db.begin() as conn:
-        row = (await conn.execute(stmt)).first()
+    row = first(await db.write(stmt))
     if row is None:
         raise NotFound("org not found")
     return _org(row)
@@ -72,8 +68,6 @@ async def create_user(db: Database, scope: Scope, email: str, role: str) -> UUID
         .on_conflict_do_nothing(constraint="uq_users_org_email")
         .returning(users.c.id)
     )
-    async with db.begin() as conn:
-        got = (await conn.execute(stmt)).scalar_one_or_none()
-    if got is None:
+    if first(await db.write(stmt)) is None:
         raise Conflict(f"user {email!r} already exists in this org")
     return user_id

@@ -13,7 +13,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from ator.errors import SecretError
 from ator.security.crypto import MasterKey
-from ator.store.database import Database
+from ator.store.database import Database, first
 from ator.store.schema import secrets
 from ator.store.scope import Scope
 
@@ -35,16 +35,14 @@ async def put_secret(db: Database, key: MasterKey, scope: Scope, name: str, valu
         set_={"nonce": nonce, "ciphertext": ciphertext, "key_id": key.key_id,
               "updated_at": sa.func.now()},
     )
-    async with db.begin() as conn:
-        await conn.execute(stmt)
+    await db.write(stmt)
 
 
 async def reveal(db: Database, key: MasterKey, scope: Scope, name: str) -> str:
     stmt = sa.select(secrets.c.nonce, secrets.c.ciphertext).where(
         secrets.c.org_id == scope.org_id, secrets.c.name == name
     )
-    async with db.connect() as conn:
-        row = (await conn.execute(stmt)).first()
+    row = first(await db.read(stmt))
     if row is None:
         raise SecretError(f"secret {name!r} is not set for this org")
     return key.decrypt(row.nonce, row.ciphertext, context=_context(scope, name))
@@ -54,11 +52,13 @@ async def list_secret_names(db: Database, scope: Scope) -> list[str]:
     stmt = sa.select(secrets.c.name).where(secrets.c.org_id == scope.org_id).order_by(
         secrets.c.name
     )
-    async with db.connect() as conn:
-        return list((await conn.execute(stmt)).scalars())
+    return [row.name for row in await db.read(stmt)]
 
 
 async def delete_secret(db: Database, scope: Scope, name: str) -> bool:
-    stmt = secrets.delete().where(secrets.c.org_id == scope.org_id, secrets.c.name == name)
-    async with db.begin() as conn:
-        return (await conn.execute(stmt)).rowcount > 0
+    stmt = (
+        secrets.delete()
+        .where(secrets.c.org_id == scope.org_id, secrets.c.name == name)
+        .returning(secrets.c.id)
+    )
+    return bool(await db.write(stmt))

@@ -14,7 +14,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from ator.errors import NotFound
-from ator.store.database import Database
+from ator.store.database import Database, first
 from ator.store.records import Setup
 from ator.store.schema import setups
 from ator.store.scope import Scope
@@ -63,14 +63,12 @@ async def create_setup(
         )
         .returning(setups)
     )
-    async with db.begin() as conn:
-        return _setup((await conn.execute(stmt)).one())
+    return _setup((await db.write(stmt))[0])
 
 
 async def get_setup(db: Database, scope: Scope, setup_id: UUID) -> Setup:
     stmt = sa.select(setups).where(setups.c.id == setup_id, setups.c.org_id == scope.org_id)
-    async with db.connect() as conn:
-        row = (await conn.execute(stmt)).first()
+    row = first(await db.read(stmt))
     if row is None:
         raise NotFound("setup not found")
     return _setup(row)
@@ -80,8 +78,7 @@ async def list_setups(db: Database, scope: Scope, *, include_archived: bool = Fa
     stmt = sa.select(setups).where(setups.c.org_id == scope.org_id)
     if not include_archived:
         stmt = stmt.where(setups.c.archived_at.is_(None))
-    async with db.connect() as conn:
-        rows = (await conn.execute(stmt.order_by(setups.c.created_at, setups.c.id))).all()
+    rows = await db.read(stmt.order_by(setups.c.created_at, setups.c.id))
     return [_setup(r) for r in rows]
 
 
@@ -95,8 +92,7 @@ async def update_setup(db: Database, scope: Scope, setup_id: UUID, **changes: An
         .values(**values, version=setups.c.version + 1, updated_at=sa.func.now())
         .returning(setups)
     )
-    async with db.begin() as conn:
-        row = (await conn.execute(stmt)).first()
+    row = first(await db.write(stmt))
     if row is None:
         raise NotFound("setup not found")
     return _setup(row)
@@ -109,8 +105,7 @@ async def archive_setup(db: Database, scope: Scope, setup_id: UUID) -> Setup:
         .values(archived_at=sa.func.coalesce(setups.c.archived_at, sa.func.now()))
         .returning(setups)
     )
-    async with db.begin() as conn:
-        row = (await conn.execute(stmt)).first()
+    row = first(await db.write(stmt))
     if row is None:
         raise NotFound("setup not found")
     return _setup(row)

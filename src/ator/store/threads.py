@@ -15,7 +15,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from ator.errors import NotFound, ValidationFailed
-from ator.store.database import Database
+from ator.store.database import Database, first
 from ator.store.records import Thread
 from ator.store.schema import setups, threads
 from ator.store.scope import Scope
@@ -89,8 +89,7 @@ async def create_thread(
         )
         .returning(threads)
     )
-    async with db.begin() as conn:
-        row = (await conn.execute(stmt)).first()
+    row = first(await db.write(stmt))
     if row is None:
         raise ValidationFailed("setup not found or archived", code="invalid_setup")
     return _thread(row)
@@ -100,8 +99,7 @@ async def get_thread(db: Database, scope: Scope, thread_id: UUID) -> Thread:
     stmt = sa.select(threads).where(
         threads.c.id == thread_id, threads.c.org_id == scope.org_id, threads.c.deleted_at.is_(None)
     )
-    async with db.connect() as conn:
-        row = (await conn.execute(stmt)).first()
+    row = first(await db.read(stmt))
     if row is None:
         raise NotFound("thread not found")
     return _thread(row)
@@ -127,8 +125,7 @@ async def list_threads(
     if before is not None:
         stmt = stmt.where(sa.tuple_(threads.c.created_at, threads.c.id) < sa.tuple_(*before))
     stmt = stmt.order_by(threads.c.created_at.desc(), threads.c.id.desc()).limit(limit)
-    async with db.connect() as conn:
-        rows = (await conn.execute(stmt)).all()
+    rows = await db.read(stmt)
     return [_thread(r) for r in rows]
 
 
@@ -143,6 +140,5 @@ async def delete_thread(db: Database, scope: Scope, thread_id: UUID) -> None:
         .values(deleted_at=sa.func.now())
         .returning(threads.c.id)
     )
-    async with db.begin() as conn:
-        if (await conn.execute(stmt)).first() is None:
-            raise NotFound("thread not found")
+    if not await db.write(stmt):
+        raise NotFound("thread not found")

@@ -25,7 +25,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from ator.errors import NotFound
-from ator.store.database import Database
+from ator.store.database import Database, first
 from ator.store.events import HISTORY_KINDS, append_cte, event_params, to_event
 from ator.store.records import Event, Turn
 from ator.store.schema import turns
@@ -138,10 +138,7 @@ class TurnContext:
 
 
 async def load_context(db: Database, scope: Scope, thread_id: UUID) -> TurnContext:
-    async with db.connect() as conn:
-        row = (
-            await conn.execute(_LOAD_CONTEXT, {"thread_id": thread_id, "org_id": scope.org_id})
-        ).first()
+    row = first(await db.read(_LOAD_CONTEXT, {"thread_id": thread_id, "org_id": scope.org_id}))
     if row is None:
         raise NotFound("thread not found")
     return TurnContext(
@@ -187,8 +184,7 @@ async def begin_turn(
         "snapshot": json.dumps(snapshot, separators=(",", ":"), default=str),
         "config_hash": config_hash,
     }
-    async with db.begin() as conn:
-        rows = (await conn.execute(_BEGIN_TURN, params)).all()
+    rows = await db.write(_BEGIN_TURN, params)
     return sorted((to_event(r, thread_id) for r in rows), key=lambda e: e.seq)
 
 
@@ -307,8 +303,7 @@ async def write_step(
     if finish is not None:
         params.update(status=finish[0], stop_reason=finish[1], error=finish[2])
     stmt = _step_statement(model_call is not None, finish is not None)
-    async with db.begin() as conn:
-        row = (await conn.execute(stmt, params)).one()
+    row = (await db.write(stmt, params))[0]
     written = [
         Event(e["seq"], e["kind"], e["data"], turn_id, e["created_at"], thread_id)
         for e in row.events
@@ -325,8 +320,7 @@ async def heartbeat(db: Database, turn_id: UUID) -> bool:
         .values(heartbeat_at=sa.func.now())
         .returning(turns.c.id)
     )
-    async with db.begin() as conn:
-        return (await conn.execute(stmt)).first() is not None
+    return bool(await db.write(stmt))
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,8 +391,7 @@ def _turn(row: Any) -> Turn:
 
 async def get_turn(db: Database, scope: Scope, turn_id: UUID) -> Turn:
     stmt = sa.select(turns).where(turns.c.id == turn_id, turns.c.org_id == scope.org_id)
-    async with db.connect() as conn:
-        row = (await conn.execute(stmt)).first()
+    row = first(await db.read(stmt))
     if row is None:
         raise NotFound("turn not found")
     return _turn(row)
@@ -411,5 +404,4 @@ async def list_turns(db: Database, scope: Scope, thread_id: UUID, *, limit: int 
         .order_by(turns.c.started_at.desc(), turns.c.id.desc())
         .limit(limit)
     )
-    async with db.connect() as conn:
-        return [_turn(r) for r in (await conn.execute(stmt)).all()]
+    return [_turn(r) for r in await db.read(stmt)]
