@@ -48,6 +48,15 @@ class Settings(BaseSettings):
     # Money.
     budget_fail_closed: bool = True
 
+    # HTTP API.
+    host: str = "127.0.0.1"
+    port: int = 8080
+    rate_limit_per_minute: int = 600  # per (org, user), global across replicas
+    metrics_token: SecretStr | None = None
+    # With no API key in the database yet, serve creates an operator admin key: this one if
+    # set (automation, tests), else a random one printed once.
+    bootstrap_key: SecretStr | None = None  # /metrics requires it as a bearer token when set
+
     # Logs: JSON when not on a terminal, unless forced.
     log_json: bool | None = None
     log_level: str = "INFO"

@@ -29,13 +29,13 @@ from ator.store import turns as turn_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["ABORT_CHANNEL", "Actor"]
+__all__ = ["ABORT_CHANNEL", "Actor", "lease_key"]
 
 ABORT_CHANNEL = "ator:abort"
 log = get_logger("ator.engine.actor")
 
 
-def _lease_key(thread_id: UUID) -> str:
+def lease_key(thread_id: UUID) -> str:
     return f"lease:thread:{thread_id}"
 
 
@@ -115,7 +115,7 @@ class Actor:
 
     async def _pump(self, scope: Scope, thread_id: UUID, force: bool) -> None:
         token = f"{self.owner}:{uuid.uuid4().hex[:12]}"
-        key = _lease_key(thread_id)
+        key = lease_key(thread_id)
         mark = _mark_key(thread_id)
         try:
             while not self._closing:
@@ -157,7 +157,7 @@ class Actor:
 
     async def _heartbeat(self, thread_id: UUID, token: str, handle: TurnHandle) -> None:
         """Keep the lease and the turn row alive; a lost lease aborts the turn."""
-        key = _lease_key(thread_id)
+        key = lease_key(thread_id)
         while True:
             await asyncio.sleep(self.lease_ttl / 3)
             try:

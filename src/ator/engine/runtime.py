@@ -32,7 +32,7 @@ from ator.agent.caps import Caps
 from ator.coord import coordinator_from_url
 from ator.coord.base import Coordinator, Subscription
 from ator.cost.prices import PriceTable
-from ator.engine.actor import Actor
+from ator.engine.actor import Actor, lease_key
 from ator.engine.reaper import Reaper
 from ator.engine.turn import TurnRunner, thread_channel
 from ator.errors import ValidationFailed
@@ -253,6 +253,10 @@ class Ator:
         if created:
             await self.actor.notify(scope, thread_id)
         return item, created
+
+    async def busy(self, thread_id: UUID) -> bool:
+        """Whether some replica holds the thread's lease (a turn is running)."""
+        return await self.coord.holder(lease_key(thread_id)) is not None
 
     async def stop(self, scope: Scope, thread_id: UUID, reason: str = "user") -> None:
         """Abort the thread's running turn, on whichever replica runs it."""

@@ -33,6 +33,7 @@ from ator.cost.prices import PriceTable
 from ator.engine.config import FrozenConfig, freeze
 from ator.errors import AtorError
 from ator.obs.logging import get_logger
+from ator.obs.metrics import Metrics
 from ator.providers.base import StreamEvent, Usage
 from ator.providers.registry import ProviderRegistry
 from ator.store import secrets as secret_store
@@ -161,8 +162,20 @@ class _Sink:
             self.lost = True
             self.finished = True
             raise asyncio.CancelledError("turn no longer running")
+        metrics = self.runner.metrics
+        if model_call is not None:
+            metrics.model_call(
+                input=model_call.input_tokens, output=model_call.output_tokens,
+                cache_read=model_call.cache_read_tokens,
+                cache_write=model_call.cache_write_tokens, usd=model_call.cost_usd,
+            )
+        for kind, data in items:
+            if kind == "tool_results":
+                for r in data["results"]:
+                    metrics.tool_call(is_error=r["is_error"])
         if finish is not None:
             self.finished = True
+            metrics.turn_ended(finish[0], finish[1])
         await self.runner.publish(self.scope, self.thread_id, result.events)
 
 
@@ -179,7 +192,9 @@ class TurnRunner:
         owner: str,
         engine_version: str,
         budget_fail_closed: bool,
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics or Metrics()
         self.db = db
         self.coord = coord
         self.providers = providers

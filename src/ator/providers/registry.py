@@ -77,9 +77,10 @@ class ProviderRegistry:
         default_key = s.anthropic_api_key if name == "anthropic" else s.openai_api_key
         default_url = s.anthropic_base_url if name == "anthropic" else s.openai_base_url
         api_key = await _credential(config.get("api_key"), resolve)
-        if api_key is None and default_key is not None:
-            api_key = default_key.get_secret_value()
         auth_token = await _credential(config.get("auth_token"), resolve)
+        # The process-wide key is a fallback only when the setup names no credential.
+        if api_key is None and auth_token is None and default_key is not None:
+            api_key = default_key.get_secret_value()
         base_url = config.get("base_url") or default_url
         headers = config.get("headers") or {}
         if not isinstance(headers, dict):

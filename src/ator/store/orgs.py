@@ -19,7 +19,14 @@ from ator.store.records import Org
 from ator.store.schema import orgs, users
 from ator.store.scope import Scope
 
-__all__ = ["create_org", "create_user", "get_org", "list_orgs", "set_org_budget"]
+__all__ = [
+    "create_org",
+    "create_user",
+    "find_user",
+    "get_org",
+    "list_orgs",
+    "set_org_budget",
+]
 
 
 def _org(row: Any) -> Org:
@@ -71,3 +78,11 @@ async def create_user(db: Database, scope: Scope, email: str, role: str) -> UUID
     if first(await db.write(stmt)) is None:
         raise Conflict(f"user {email!r} already exists in this org")
     return user_id
+
+
+async def find_user(db: Database, scope: Scope, email: str) -> UUID:
+    stmt = sa.select(users.c.id).where(users.c.org_id == scope.org_id, users.c.email == email)
+    row = first(await db.read(stmt))
+    if row is None:
+        raise NotFound("user not found")
+    return UUID(str(row.id))

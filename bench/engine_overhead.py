@@ -1,0 +1,312 @@
+"""Engine overhead per turn: ator against LangGraph, both durable on the same PostgreSQL
+(bench entry point; imports the harness modules next to it: pgserver, systems).
+
+    ATOR_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
+        .venv/bin/python bench/engine_overhead.py [--turns 300] [--concurrent-turns 1000]
+        [--in-flight 100] [--pool-size 20] [--only ator|langgraph]
+
+Without ATOR_DATABASE_URL it starts ator's embedded PostgreSQL in a temporary dir (and stops
+it at the end). Each system gets a fresh database on the server. The model is instant and
+scripted, so what is measured is the engine: persistence, scheduling, wake-ups. See
+bench/README.md for what each figure means. Exits 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_args
+
+from langgraph.types import Durability
+from pgserver import STATS_SETTLE_SECONDS, PgServer, ServerCounters
+from systems import AtorSystem, ClientCounts, LangGraphSystem, System
+
+WARMUP_TURNS = 20
+TURN_TIMEOUT = 60.0  # seconds; a turn that takes longer counts as an error
+RESULTS = Path(__file__).parent / "results" / "engine_overhead.json"
+
+# Targets for ator (the lead's acceptance criteria).
+MAX_STATEMENTS = 12
+MAX_COMMITS = 5
+MAX_P50_RATIO = 0.5  # ator p50 / LangGraph p50
+MIN_THROUGHPUT_RATIO = 2.0  # ator concurrent turns/s / LangGraph's
+
+
+@dataclass
+class Phase:
+    """One timed run of turns, with its client and server counter deltas."""
+
+    turns: int
+    in_flight: int
+    wall_s: float
+    latencies_ms: list[float]
+    errors: list[str]
+    client: ClientCounts
+    server: ServerCounters
+
+    def summary(self) -> dict[str, Any]:
+        lat = sorted(self.latencies_ms) or [float("nan")]
+        q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else lat * 99
+        per = 1 / self.turns
+        return {
+            "turns": self.turns, "in_flight": self.in_flight, "wall_s": round(self.wall_s, 3),
+            "throughput_tps": self.turns / self.wall_s,
+            "p50_ms": q[49], "p95_ms": q[94], "mean_ms": statistics.fmean(lat),
+            "errors": len(self.errors),
+            "statements_per_turn": self.client.statements * per,
+            "client_commits_per_turn":
+                None if self.client.commits is None else self.client.commits * per,
+            "server_commits_per_turn": self.server.commits * per,
+            "wal_fsyncs_per_turn": self.server.wal_fsyncs * per,
+            "other_db_commits": self.server.other_commits,
+        }
+
+
+async def drive(system: System, threads: Sequence[uuid.UUID], in_flight: int
+                ) -> tuple[float, list[float], list[str]]:
+    """Run one turn per thread with `in_flight` workers; returns (wall s, latencies ms, errors)."""
+    todo = iter(threads)  # shared by the workers: each next() hands out a distinct thread
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    async def worker() -> None:
+        for thread in todo:
+            start = time.perf_counter()
+            try:
+                async with asyncio.timeout(TURN_TIMEOUT):
+                    await system.turn(thread)
+            except Exception as exc:  # a benchmark counts every failure, whatever its type
+                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            else:
+                latencies.append((time.perf_counter() - start) * 1000)
+
+    start = time.perf_counter()
+    async with asyncio.TaskGroup() as group:
+        for _ in range(min(in_flight, len(threads))):
+            group.create_task(worker())
+    return time.perf_counter() - start, latencies, errors
+
+
+def _delta(after: ClientCounts, before: ClientCounts) -> ClientCounts:
+    commits = None
+    if after.commits is not None and before.commits is not None:
+        commits = after.commits - before.commits
+    return ClientCounts(after.statements - before.statements, commits)
+
+
+async def measure(system: System, server: PgServer, args: argparse.Namespace) -> dict[str, Any]:
+    # Warm-up: connections opened, statements prepared, caches filled, for both pool shapes.
+    _, _, warm_errors = await drive(system, await system.new_threads(WARMUP_TURNS), 1)
+    burst = min(args.in_flight, args.concurrent_turns)
+    _, _, burst_errors = await drive(system, await system.new_threads(burst), args.in_flight)
+    # Every thread exists before any timing starts, so creating them is never counted.
+    plan = [(args.turns, 1, await system.new_threads(args.turns)),
+            (args.concurrent_turns, args.in_flight,
+             await system.new_threads(args.concurrent_turns))]
+    await server.settle(args.settle)
+    server_before = await server.counters(system.database)
+    phases: list[Phase] = []
+    for turns, in_flight, threads in plan:
+        client_before = system.client_counts()
+        wall, latencies, errors = await drive(system, threads, in_flight)
+        client = _delta(system.client_counts(), client_before)
+        await server.settle(args.settle)
+        server_after = await server.counters(system.database)
+        phases.append(Phase(turns, in_flight, wall, latencies, errors, client,
+                            server_after - server_before))
+        server_before = server_after
+    sequential, concurrent = phases
+    samples = [*warm_errors, *burst_errors, *sequential.errors, *concurrent.errors]
+    return {
+        "sequential": sequential.summary(), "concurrent": concurrent.summary(),
+        "warmup_errors": len(warm_errors) + len(burst_errors),
+        "errors": len(samples), "error_samples": samples[:5],
+    }
+
+
+async def run_system(name: str, server: PgServer, args: argparse.Namespace,
+                     data_dir: Path) -> dict[str, Any]:
+    system: System
+    if name == "ator":
+        url = await server.recreate(AtorSystem.database)
+        system = await AtorSystem.open(url, data_dir / "ator", args.pool_size)
+    else:
+        url = await server.recreate(LangGraphSystem.database)
+        system = await LangGraphSystem.open(url, args.pool_size, args.langgraph_durability)
+    print(f"running {system.name} …", file=sys.stderr, flush=True)
+    try:
+        return await measure(system, server, args)
+    finally:
+        await system.close()
+
+
+# Report ---------------------------------------------------------------------------------
+
+_ROWS: list[tuple[str, str, str]] = [
+    # (label, phase, key)
+    ("sequential p50 (ms)", "sequential", "p50_ms"),
+    ("sequential p95 (ms)", "sequential", "p95_ms"),
+    ("sequential mean (ms)", "sequential", "mean_ms"),
+    ("sequential throughput (turns/s)", "sequential", "throughput_tps"),
+    ("concurrent throughput (turns/s)", "concurrent", "throughput_tps"),
+    ("concurrent p50 / p95 (ms)", "concurrent", "p50_ms/p95_ms"),
+    ("SQL statements/turn (client)", "sequential", "statements_per_turn"),
+    ("commits/turn (client)", "sequential", "client_commits_per_turn"),
+    ("commits/turn (server, sequential)", "sequential", "server_commits_per_turn"),
+    ("commits/turn (server, concurrent)", "concurrent", "server_commits_per_turn"),
+    ("WAL fsyncs/turn (sequential)", "sequential", "wal_fsyncs_per_turn"),
+    ("WAL fsyncs/turn (concurrent)", "concurrent", "wal_fsyncs_per_turn"),
+    ("other DBs' commits in windows", "both", "other_db_commits"),
+    ("errors (incl. warm-up)", "", "errors"),
+]
+
+
+def _cell(result: dict[str, Any] | None, phase: str, key: str) -> str:
+    if result is None:
+        return "-"
+    if phase == "":
+        return str(result[key])
+    if phase == "both":
+        return str(result["sequential"][key] + result["concurrent"][key])
+    values = [result[phase][k] for k in key.split("/")]
+    if any(v is None for v in values):
+        return "n/a"
+    return " / ".join(f"{v:.1f}" if v >= 100 else f"{v:.2f}" for v in values)
+
+
+def evaluate(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Ratios and PASS/FAIL/SKIP checks against the targets."""
+    ator, lg = results.get("ator"), results.get("langgraph")
+    ratios: dict[str, float] = {}
+    if ator and lg:
+        ratios["langgraph_p50_over_ator_p50"] = (
+            lg["sequential"]["p50_ms"] / ator["sequential"]["p50_ms"])
+        ratios["ator_tps_over_langgraph_tps"] = (
+            ator["concurrent"]["throughput_tps"] / lg["concurrent"]["throughput_tps"])
+
+    def check(name: str, value: float | None, ok: bool | None) -> dict[str, Any]:
+        status = "SKIP" if ok is None else "PASS" if ok else "FAIL"
+        return {"check": name, "value": value, "status": status}
+
+    seq = ator["sequential"] if ator else None
+    statements = seq["statements_per_turn"] if seq else None
+    commits = seq["client_commits_per_turn"] if seq else None
+    p50 = ratios.get("langgraph_p50_over_ator_p50")
+    tps = ratios.get("ator_tps_over_langgraph_tps")
+    errors = sum(r["errors"] for r in results.values())
+    checks = [
+        check(f"ator SQL statements/turn <= {MAX_STATEMENTS}", statements,
+              None if statements is None else statements <= MAX_STATEMENTS),
+        check(f"ator commits/turn <= {MAX_COMMITS}", commits,
+              None if commits is None else commits <= MAX_COMMITS),
+        check(f"ator sequential p50 <= {MAX_P50_RATIO} x LangGraph's (LangGraph/ator >= "
+              f"{1 / MAX_P50_RATIO:g})", p50, None if p50 is None else p50 >= 1 / MAX_P50_RATIO),
+        check(f"ator concurrent throughput >= {MIN_THROUGHPUT_RATIO:g} x LangGraph's", tps,
+              None if tps is None else tps >= MIN_THROUGHPUT_RATIO),
+        check("zero errors", errors, errors == 0),
+    ]
+    return ratios, checks
+
+
+def render(config: dict[str, Any], results: dict[str, dict[str, Any]],
+           ratios: dict[str, float], checks: list[dict[str, Any]]) -> str:
+    ator, lg = results.get("ator"), results.get("langgraph")
+    lines = [
+        "Engine overhead per turn — instant scripted model: 1 calculator call, then the answer.",
+        "A new thread per turn; every thread is created before timing starts and is not counted.",
+        f"server: {config['server']}",
+        f"turns: {config['turns']} sequential (after {WARMUP_TURNS} warm-up), "
+        f"{config['concurrent_turns']} concurrent with {config['in_flight']} in flight",
+        f"pools: ator db_pool_size={config['pool_size']} (SQLAlchemy pool_size + max_overflow: "
+        f"<= {2 * config['pool_size']} connections); LangGraph AsyncConnectionPool "
+        f"min_size={config['pool_size']}, max_size={2 * config['pool_size']}",
+        f"LangGraph: create_react_agent + AsyncPostgresSaver, "
+        f"durability={config['langgraph_durability']!r}",
+        "",
+        f"{'metric':<36}{'ator':>16}{'LangGraph':>16}",
+    ]
+    for label, phase, key in _ROWS:
+        lines.append(f"{label:<36}{_cell(ator, phase, key):>16}{_cell(lg, phase, key):>16}")
+    lines.append("")
+    if ratios:
+        lines.append(f"LangGraph p50 / ator p50 = {ratios['langgraph_p50_over_ator_p50']:.2f}   "
+                     f"ator / LangGraph concurrent throughput = "
+                     f"{ratios['ator_tps_over_langgraph_tps']:.2f}")
+    for c in checks:
+        value = "-" if c["value"] is None else f"{c['value']:.2f}"
+        lines.append(f"  {c['status']:<5}{c['check']}  ({value})")
+    for name, result in results.items():
+        for sample in result["error_samples"]:
+            lines.append(f"  error ({name}): {sample}")
+    lines += [
+        "",
+        "statements: ator = SQLAlchemy cursor executes (ator.db.stats); LangGraph = psycopg "
+        "cursor execute calls + executemany parameter sets.",
+        "commits (client) = ator.db.stats; commits (server) = pg_stat_database.xact_commit of "
+        "each system's database (autocommit reads count too).",
+        "WAL fsyncs: server-wide WAL fsync counter; counters read after "
+        f"{config['settle_s']:g}s idle so lazily flushed stats are in.",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--turns", type=int, default=300, help="sequential turns (default 300)")
+    parser.add_argument("--concurrent-turns", type=int, default=1000)
+    parser.add_argument("--in-flight", type=int, default=100)
+    parser.add_argument("--pool-size", type=int, default=20,
+                        help="ator db_pool_size; LangGraph's pool gets the same bounds")
+    parser.add_argument("--only", choices=["ator", "langgraph"])
+    parser.add_argument("--langgraph-durability", choices=get_args(Durability), default="sync",
+                        help="'sync' (default) checkpoints every step before the next, as "
+                             "ator persists every step")
+    parser.add_argument("--settle", type=float, default=STATS_SETTLE_SECONDS,
+                        help="idle seconds before reading server counters (see pgserver.py)")
+    args = parser.parse_args(argv)
+    if min(args.turns, args.concurrent_turns, args.in_flight, args.pool_size) < 1:
+        parser.error("counts must be positive")
+    return args
+
+
+async def main(args: argparse.Namespace) -> int:
+    server = await PgServer.start()
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="ator-bench-") as tmp:
+            for name in ["ator", "langgraph"]:
+                if args.only in (None, name):
+                    results[name] = await run_system(name, server, args, Path(tmp))
+        config = {
+            "server": server.description, "server_version_num": server.version,
+            "turns": args.turns, "concurrent_turns": args.concurrent_turns,
+            "in_flight": args.in_flight, "pool_size": args.pool_size,
+            "langgraph_durability": args.langgraph_durability, "settle_s": args.settle,
+            "warmup_turns": WARMUP_TURNS, "turn_timeout_s": TURN_TIMEOUT,
+        }
+        ratios, checks = evaluate(results)
+        print(render(config, results, ratios, checks))
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(
+            {"config": config, "results": results, "ratios": ratios, "checks": checks,
+             "passed": all(c["status"] != "FAIL" for c in checks),
+             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2))
+        print(f"\nresults: {RESULTS}")
+        return 0 if all(c["status"] != "FAIL" for c in checks) else 1
+    finally:
+        for system in (AtorSystem, LangGraphSystem):
+            await server.drop(system.database)
+        await server.close()
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))

@@ -1,0 +1,67 @@
+"""Health, readiness, metrics and usage (layer: api)."""
+
+from __future__ import annotations
+
+import hmac
+from datetime import UTC, date, datetime
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from ator.api.auth import get_ator, require
+from ator.api.problems import problem
+from ator.engine.runtime import Ator
+from ator.errors import ValidationFailed
+from ator.store import usage as usage_store
+from ator.store.keys import Principal
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=None)
+async def readyz(ator: Ator = Depends(get_ator)) -> Response | dict[str, Any]:
+    checks: dict[str, str] = {}
+    try:
+        await ator.db.ping()
+        checks["database"] = "ok"
+    except Exception as exc:  # readiness reports, it does not raise
+        checks["database"] = f"error: {type(exc).__name__}"
+    checks["coordinator"] = "ok" if await ator.coord.ping() else "error"
+    if any(v != "ok" for v in checks.values()):
+        return problem(503, "not_ready", "a dependency is not ready", checks=checks)
+    return {"status": "ready", "checks": checks}
+
+
+@router.get("/metrics")
+async def metrics(request: Request, ator: Ator = Depends(get_ator)) -> Response:
+    token = ator.settings.metrics_token
+    if token is not None:
+        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
+            return problem(401, "unauthenticated", "metrics need the metrics token")
+    ator.runner.metrics.mailbox_depth.set(await usage_store.mailbox_depth(ator.db))
+    return Response(ator.runner.metrics.render(),
+                    media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.get("/v1/usage")
+async def usage(
+    month: str | None = Query(default=None, pattern=r"^\d{4}-(0[1-9]|1[0-2])$"),
+    group_by: Literal["org", "thread", "setup"] = "org",
+    p: Principal = Depends(require("viewer")),
+    ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    if month is None:
+        first = datetime.now(UTC).date().replace(day=1)
+    else:
+        try:
+            first = date.fromisoformat(month + "-01")
+        except ValueError as exc:
+            raise ValidationFailed("month must be YYYY-MM", code="invalid_month") from exc
+    rows = await usage_store.usage(ator.db, p.scope, month=first, group=group_by)
+    return {"month": first.isoformat()[:7], "group_by": group_by, "data": rows}

@@ -1,0 +1,64 @@
+"""Setups: CRUD and archive (layer: api). Reading needs viewer; writing needs admin."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Query
+
+from ator.api import views
+from ator.api.auth import get_ator, require
+from ator.api.schemas import SetupIn, SetupPatch
+from ator.engine.runtime import Ator
+from ator.store import setups as setup_store
+from ator.store.keys import Principal
+
+router = APIRouter(prefix="/v1/setups")
+
+
+@router.post("", status_code=201)
+async def create_setup(
+    body: SetupIn, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    setup = await ator.create_setup(
+        p.scope, name=body.name, provider=body.provider, model=body.model,
+        persona=body.persona, config=body.config, tool_policy=body.tool_policy,
+    )
+    return views.setup(setup)
+
+
+@router.get("")
+async def list_setups(
+    include_archived: bool = Query(default=False),
+    p: Principal = Depends(require("viewer")),
+    ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    found = await setup_store.list_setups(ator.db, p.scope, include_archived=include_archived)
+    return {"data": [views.setup(s) for s in found]}
+
+
+@router.get("/{setup_id}")
+async def get_setup(
+    setup_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    return views.setup(await setup_store.get_setup(ator.db, p.scope, setup_id))
+
+
+@router.patch("/{setup_id}")
+async def patch_setup(
+    setup_id: UUID, body: SetupPatch, p: Principal = Depends(require("admin")),
+    ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    current = await setup_store.get_setup(ator.db, p.scope, setup_id)
+    ator.validate_setup(body.provider or current.provider,
+                        body.config if body.config is not None else current.config)
+    changes = body.model_dump(exclude_unset=True)
+    return views.setup(await setup_store.update_setup(ator.db, p.scope, setup_id, **changes))
+
+
+@router.delete("/{setup_id}")
+async def archive_setup(
+    setup_id: UUID, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    return views.setup(await setup_store.archive_setup(ator.db, p.scope, setup_id))

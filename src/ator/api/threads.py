@@ -1,0 +1,137 @@
+"""Threads, their messages, events, turns and stop (layer: api).
+
+`POST …/messages` answers 202 with the mailbox item; a resend with the same
+`client_message_id` answers 202 with the same item and `created: false`, and runs nothing.
+`GET …/events?wait=N` is a long-poll that returns as soon as a new event is committed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Query
+
+from ator.api import views
+from ator.api.auth import get_ator, require
+from ator.api.schemas import MessageIn, ThreadIn
+from ator.engine.runtime import Ator
+from ator.errors import ValidationFailed
+from ator.store import threads as thread_store
+from ator.store.keys import Principal
+
+router = APIRouter(prefix="/v1")
+
+
+def _cursor(t: Any) -> str:
+    raw = f"{t.created_at.isoformat()}|{t.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _parse_cursor(cursor: str) -> tuple[datetime, UUID]:
+    try:
+        at, ident = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+        return datetime.fromisoformat(at), UUID(ident)
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise ValidationFailed("the cursor is not valid", code="invalid_cursor") from exc
+
+
+@router.post("/threads", status_code=201)
+async def create_thread(
+    body: ThreadIn, p: Principal = Depends(require("member")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    thread = await ator.create_thread(p.scope, body.setup_id, title=body.title,
+                                      instructions=body.instructions, metadata=body.metadata)
+    return views.thread(thread, busy=False)
+
+
+@router.get("/threads")
+async def list_threads(
+    limit: int = Query(default=50, ge=1, le=200),
+    cursor: str | None = Query(default=None, max_length=200),
+    setup_id: UUID | None = None,
+    parent_id: UUID | None = None,
+    p: Principal = Depends(require("viewer")),
+    ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    before = _parse_cursor(cursor) if cursor else None
+    found = await thread_store.list_threads(
+        ator.db, p.scope, limit=limit + 1, before=before, setup_id=setup_id, parent_id=parent_id
+    )
+    page = found[:limit]
+    next_cursor = _cursor(page[-1]) if len(found) > limit else None
+    return {"data": [views.thread(t) for t in page], "next_cursor": next_cursor}
+
+
+@router.get("/threads/{thread_id}")
+async def get_thread(
+    thread_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    thread = await thread_store.get_thread(ator.db, p.scope, thread_id)
+    return views.thread(thread, busy=await ator.busy(thread_id))
+
+
+@router.delete("/threads/{thread_id}")
+async def delete_thread(
+    thread_id: UUID, p: Principal = Depends(require("member")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    await thread_store.delete_thread(ator.db, p.scope, thread_id)
+    return {"id": str(thread_id), "deleted": True}
+
+
+@router.post("/threads/{thread_id}/messages", status_code=202)
+async def post_message(
+    thread_id: UUID, body: MessageIn, p: Principal = Depends(require("member")),
+    ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    item, created = await ator.submit(p.scope, thread_id, body.text,
+                                      client_message_id=body.client_message_id)
+    return views.item(item, created=created)
+
+
+@router.get("/threads/{thread_id}/events")
+async def list_events(
+    thread_id: UUID,
+    after_seq: int = Query(default=0, ge=0, le=2**62),
+    limit: int = Query(default=200, ge=1, le=1000),
+    wait: float = Query(default=0, ge=0, le=60),
+    p: Principal = Depends(require("viewer")),
+    ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    if wait > 0:
+        found = await ator.wait_events(p.scope, thread_id, after_seq=after_seq, timeout=wait,
+                                       limit=limit)
+    else:
+        await thread_store.get_thread(ator.db, p.scope, thread_id)
+        found = await ator.events(p.scope, thread_id, after_seq=after_seq, limit=limit)
+    last = found[-1].seq if found else after_seq
+    return {"data": [views.event(e) for e in found], "last_seq": last}
+
+
+@router.get("/threads/{thread_id}/turns")
+async def list_turns(
+    thread_id: UUID,
+    limit: int = Query(default=50, ge=1, le=200),
+    p: Principal = Depends(require("viewer")),
+    ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    await thread_store.get_thread(ator.db, p.scope, thread_id)
+    return {"data": [views.turn(t) for t in await ator.turns(p.scope, thread_id, limit=limit)]}
+
+
+@router.get("/turns/{turn_id}")
+async def get_turn(
+    turn_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    return views.turn(await ator.turn(p.scope, turn_id))
+
+
+@router.post("/threads/{thread_id}/stop", status_code=202)
+async def stop_thread(
+    thread_id: UUID, p: Principal = Depends(require("member")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    await ator.stop(p.scope, thread_id)
+    return {"thread_id": str(thread_id), "stop": "requested", "reason": "cancelled:user"}

@@ -1,0 +1,57 @@
+"""The `ator` command (layer: cli; the sync edge: asyncio.run lives here and only here).
+
+Commands: serve, chat, demo, migrate, admin, doctor. Settings come from ATOR_* environment
+variables (see ator.settings).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+from ator.obs.logging import configure_logging
+from ator.settings import Settings
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(help="ator: a self-hosted runtime for LLM agents.", no_args_is_help=True,
+                  add_completion=False)
+
+
+@app.command()
+def serve(
+    host: str | None = typer.Option(None, help="Bind address (default ATOR_HOST or 127.0.0.1)."),
+    port: int | None = typer.Option(None, help="Port (default ATOR_PORT or 8080)."),
+) -> None:
+    """Run the HTTP API, the engine and the reaper in one process."""
+    import uvicorn
+
+    from ator.api.app import create_app
+
+    settings = Settings()
+    configure_logging(json_lines=settings.log_json, level=settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=host or settings.host,
+        port=port or settings.port,
+        log_config=None,
+        timeout_graceful_shutdown=10,
+    )
+
+
+@app.command()
+def migrate() -> None:
+    """Apply database migrations (serve does this on start too)."""
+    from ator.store.database import open_database
+
+    async def run() -> None:
+        db = await open_database(Settings())
+        typer.echo(f"migrated {db.url}")
+        await db.close()
+
+    asyncio.run(run())
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,49 @@
+"""Prometheus metrics of one process (layer: obs; imports prometheus_client).
+
+Counters live per replica, as Prometheus expects (each replica is scraped); the mailbox
+depth is read from the database at scrape time, so it is the same on every replica.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+__all__ = ["Metrics"]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.turns = Counter("ator_turns", "Turns ended, by status", ["status"], registry=r)
+        self.steps = Counter("ator_steps", "Model calls made by turns", registry=r)
+        self.tokens = Counter("ator_tokens", "Tokens by kind", ["kind"], registry=r)
+        self.usd = Counter("ator_cost_usd", "Spend in USD", registry=r)
+        self.tool_calls = Counter("ator_tool_calls", "Tool calls by outcome", ["outcome"],
+                                  registry=r)
+        self.errors = Counter("ator_errors", "Turns that ended in error, by kind", ["kind"],
+                              registry=r)
+        self.mailbox_depth = Gauge("ator_mailbox_depth", "Mailbox items waiting for a turn",
+                                   registry=r)
+
+    def model_call(self, *, input: int, output: int, cache_read: int, cache_write: int,
+                   usd: Decimal) -> None:
+        self.steps.inc()
+        self.tokens.labels("input").inc(input)
+        self.tokens.labels("output").inc(output)
+        self.tokens.labels("cache_read").inc(cache_read)
+        self.tokens.labels("cache_write").inc(cache_write)
+        self.usd.inc(float(usd))
+
+    def tool_call(self, *, is_error: bool) -> None:
+        self.tool_calls.labels("error" if is_error else "ok").inc()
+
+    def turn_ended(self, status: str, stop_reason: str) -> None:
+        self.turns.labels(status).inc()
+        if stop_reason.startswith("error:"):
+            self.errors.labels(stop_reason.removeprefix("error:")).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,64 @@
+"""Usage and spend, read back from model_calls (layer: store).
+
+Every figure is summed from the per-call rows the engine wrote, so usage by org, thread and
+setup always agree with each other and with the turns.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+
+from ator.store.database import Database
+from ator.store.scope import Scope
+
+__all__ = ["GROUPS", "mailbox_depth", "month_bounds", "usage"]
+
+GROUPS = ("org", "thread", "setup")
+
+
+def month_bounds(month: date) -> tuple[date, date]:
+    start = month.replace(day=1)
+    end = date(start.year + start.month // 12, start.month % 12 + 1, 1)
+    return start, end
+
+
+async def usage(db: Database, scope: Scope, *, month: date, group: str) -> list[dict[str, Any]]:
+    key = {"org": "org_id", "thread": "thread_id", "setup": "setup_id"}[group]
+    start, end = month_bounds(month)
+    stmt = sa.text(f"""
+        SELECT {key} AS key, count(*) AS calls,
+               COALESCE(sum(input_tokens), 0) AS input_tokens,
+               COALESCE(sum(output_tokens), 0) AS output_tokens,
+               COALESCE(sum(cache_read_tokens), 0) AS cache_read_tokens,
+               COALESCE(sum(cache_write_tokens), 0) AS cache_write_tokens,
+               COALESCE(sum(cost_usd), 0) AS cost_usd,
+               bool_and(priced) AS all_priced
+          FROM model_calls
+         WHERE org_id = :org_id AND created_at >= :start AND created_at < :end
+         GROUP BY {key}
+         ORDER BY sum(cost_usd) DESC, {key}
+    """)
+    rows = await db.read(stmt, {"org_id": scope.org_id, "start": start, "end": end})
+    return [
+        {
+            "key": str(r.key) if r.key is not None else None,
+            "calls": r.calls,
+            "input_tokens": int(r.input_tokens),
+            "output_tokens": int(r.output_tokens),
+            "cache_read_tokens": int(r.cache_read_tokens),
+            "cache_write_tokens": int(r.cache_write_tokens),
+            "cost_usd": str(Decimal(r.cost_usd)),
+            "all_priced": bool(r.all_priced),
+        }
+        for r in rows
+    ]
+
+
+async def mailbox_depth(db: Database) -> int:
+    """Items waiting for a turn, all orgs (for /metrics)."""
+    rows = await db.read(sa.text("SELECT count(*) AS n FROM mailbox WHERE turn_id IS NULL"))
+    return int(rows[0].n)
