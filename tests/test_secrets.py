@@ -15,7 +15,6 @@ from ator.security.redact import REDACTED, redact
 from ator.store.schema import secrets, setups, turns
 from ator.store.scope import Scope
 from ator.testing import AnthropicWireFake, Reply
-from tests.conftest import new_thread
 
 
 def test_ciphertext_is_bound_to_its_org_and_name() -> None:

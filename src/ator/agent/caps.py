@@ -25,6 +25,8 @@ class Caps:
     tool_description_chars: int = 4_000
     max_output_tokens: int = 4_096  # per model call
     provider_retries: int = 3  # transient errors: 429, 5xx, overloaded, network
+    # Tools still running after this many seconds: persist the model's reply before they end.
+    persist_calls_after: float = 0.05
 
     @classmethod
     def from_config(cls, raw: Any) -> Caps:

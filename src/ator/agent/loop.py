@@ -65,10 +65,17 @@ class StepSink(Protocol):
     """Where the loop reports progress. Each method returns only once the data is durable."""
 
     async def on_reply(self, step: int, reply: ModelReply, final: str | None) -> None:
-        """A model call completed. `final` is the turn's stop reason when this reply ends it."""
+        """A model call completed. `final` is the turn's stop reason when this reply ends it
+        (then it is durable on return); otherwise the sink may hold it until `flush` or the
+        tool results."""
         ...
 
     async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None: ...
+
+    async def flush(self) -> None:
+        """Make everything reported so far durable now (a sink may batch a reply with the
+        tool results that follow it)."""
+        ...
 
     def on_delta(self, event: StreamEvent) -> None:
         """Ephemeral: streamed text and tool-call progress, before it is persisted."""
@@ -157,13 +164,24 @@ async def run_loop(
         await sink.on_reply(step, reply, final)
         if final is not None:
             return LoopOutcome(final, step, usage, cost)
-        if calls:
-            results = await tools.run_all(
-                calls, ctx_for, default_timeout=caps.tool_timeout,
-                result_limit=caps.tool_result_chars,
-            )
-            await sink.on_tool_results(step, results)
-            messages.append({"role": "user", "content": [r.block() for r in results]})
+        if not calls:  # pause_turn: nothing to run, persist before calling again
+            await sink.flush()
+            continue
+        running = asyncio.ensure_future(tools.run_all(
+            calls, ctx_for, default_timeout=caps.tool_timeout,
+            result_limit=caps.tool_result_chars,
+        ))
+        try:
+            # Fast tools: the reply and its results become one write. Slow tools: the reply
+            # (and its cost) is persisted while they run.
+            done, _ = await asyncio.wait({running}, timeout=caps.persist_calls_after)
+            if not done:
+                await sink.flush()
+            results = await running
+        finally:
+            running.cancel()
+        await sink.on_tool_results(step, results)
+        messages.append({"role": "user", "content": [r.block() for r in results]})
 
 
 def _final_reason(stop_reason: str, has_calls: bool) -> str | None:

@@ -78,7 +78,12 @@ class TurnHandle:
 
 @dataclass
 class _Sink:
-    """Persists what the loop reports, then publishes it."""
+    """Persists what the loop reports, then publishes it.
+
+    A model reply that asked for tools is held until its tool results arrive, so a step with
+    fast tools is one write (assistant message, model call and results together). The loop
+    calls `flush()` when tools are slow, so the call and its cost are durable while they run.
+    Whatever is held is written with the turn's end if the turn stops first."""
 
     runner: TurnRunner
     scope: Scope
@@ -88,24 +93,20 @@ class _Sink:
     provider: str
     budget: Budget
     request_meta: dict[str, Any]
+    snapshot: tuple[dict[str, Any], str] | None = None  # written with the first write
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
     cost: Decimal = Decimal(0)
     finished: bool = False
     lost: bool = False
+    _held: tuple[tuple[str, dict[str, Any]], turn_store.ModelCallRow] | None = None
 
     async def on_reply(self, step: int, reply: ModelReply, final: str | None) -> None:
         self.steps = step
         self.usage = self.usage + reply.usage
         self.cost += reply.priced.usd
-        items: list[tuple[str, dict[str, Any]]] = [
-            ("assistant", {"content": reply.message["content"], "stop_reason": reply.stop_reason,
-                           "step": step})
-        ]
-        finish = None
-        if final is not None:
-            items.append(("turn_ended", self._ended(final, None)))
-            finish = (status_of(final), final, None)
+        event = ("assistant", {"content": reply.message["content"],
+                               "stop_reason": reply.stop_reason, "step": step})
         call = turn_store.ModelCallRow(
             step=step, provider=self.provider, model=self.request_meta["model"],
             stop_reason=reply.stop_reason, input_tokens=reply.usage.input_tokens,
@@ -116,7 +117,17 @@ class _Sink:
             priced=reply.priced.priced, duration_ms=reply.duration_ms,
             request_meta=self.request_meta, setup_id=self.setup_id,
         )
-        await self._write(items, model_call=call, finish=finish)
+        if final is None:
+            self._held = (event, call)
+            return
+        await self._write([event, ("turn_ended", self._ended(final, None))], model_call=call,
+                          finish=(status_of(final), final, None))
+
+    async def flush(self) -> None:
+        if self._held is not None:
+            event, call = self._held
+            self._held = None
+            await self._write([event], model_call=call)
 
     async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None:
         data = {
@@ -127,15 +138,21 @@ class _Sink:
                 for r in results
             ],
         }
-        await self._write([("tool_results", data)])
+        held, self._held = self._held, None
+        if held is None:
+            await self._write([("tool_results", data)])
+        else:
+            await self._write([held[0], ("tool_results", data)], model_call=held[1])
 
     def on_delta(self, event: StreamEvent) -> None:
         self.runner.emit_delta(self.thread_id, self.turn_id, event)
 
     async def finish(self, stop_reason: str, error: str | None) -> None:
         """Close the turn when the loop did not (caps before a call, errors, cancellation)."""
-        items = [("turn_ended", self._ended(stop_reason, error))]
-        await self._write(items, finish=(status_of(stop_reason), stop_reason, error))
+        held, self._held = self._held, None
+        items = ([held[0]] if held else []) + [("turn_ended", self._ended(stop_reason, error))]
+        await self._write(items, model_call=held[1] if held else None,
+                          finish=(status_of(stop_reason), stop_reason, error))
 
     def _ended(self, stop_reason: str, error: str | None) -> dict[str, Any]:
         return {
@@ -151,9 +168,10 @@ class _Sink:
         model_call: turn_store.ModelCallRow | None = None,
         finish: tuple[str, str, str | None] | None = None,
     ) -> None:
+        snapshot, self.snapshot = self.snapshot, None
         result = await turn_store.write_step(
             self.runner.db, self.scope, self.thread_id, self.turn_id, items,
-            steps=self.steps, model_call=model_call, finish=finish,
+            steps=self.steps, model_call=model_call, finish=finish, snapshot=snapshot,
         )
         if result.month_usd is not None:
             self.budget.spent = result.month_usd
@@ -234,31 +252,29 @@ class TurnRunner:
         self, scope: Scope, thread_id: UUID, on_start: Callable[[TurnHandle], None]
     ) -> bool:
         """Run one turn if anything is pending; False when the mailbox was empty."""
-        ctx = await turn_store.load_context(self.db, scope, thread_id)
         turn_id = uuid.uuid4()
         token_turn = turn_id_var.set(str(turn_id))
         token_thread = thread_id_var.set(str(thread_id))
         try:
-            frozen: FrozenConfig | AtorError
-            try:
-                frozen = freeze(ctx, engine_version=self.engine_version)
-                snapshot, config_hash = frozen.snapshot, frozen.hash
-            except AtorError as exc:  # the turn still runs, to record why it cannot
-                frozen = exc
-                snapshot, config_hash = {"error": exc.message}, "invalid"
-            started = await turn_store.begin_turn(
-                self.db, scope, thread_id, turn_id, owner=self.owner, snapshot=snapshot,
-                config_hash=config_hash,
+            ctx, started = await turn_store.start_turn(
+                self.db, scope, thread_id, turn_id, owner=self.owner
             )
             if not started:
                 return False
             await self.publish(scope, thread_id, started)
+            frozen: FrozenConfig | AtorError
+            try:
+                frozen = freeze(ctx, engine_version=self.engine_version)
+                snapshot = (frozen.snapshot, frozen.hash)
+            except AtorError as exc:  # the turn still runs, to record why it cannot
+                frozen = exc
+                snapshot = ({"error": exc.message}, "invalid")
             history = ctx.history + [
                 {"kind": e.kind, "data": e.data} for e in started if e.kind in HISTORY_KINDS
             ]
             budget = Budget(ctx.monthly_budget_usd, ctx.month_usd, self.budget_fail_closed)
             sink = _Sink(self, scope, thread_id, turn_id, ctx.setup_id, ctx.provider, budget,
-                         {"model": ctx.model})
+                         {"model": ctx.model}, snapshot)
             task = asyncio.current_task()
             assert task is not None
             handle = TurnHandle(turn_id, task)

@@ -17,11 +17,40 @@ from ator.errors import ConfigError
 from ator.providers.base import Provider
 from ator.settings import Settings
 
-__all__ = ["KNOWN_PROVIDERS", "ProviderRegistry"]
+__all__ = [
+    "DEFAULT_ANTHROPIC_MODEL",
+    "DEFAULT_OPENAI_MODEL",
+    "KNOWN_PROVIDERS",
+    "ProviderRegistry",
+    "default_provider",
+]
 
 KNOWN_PROVIDERS = ("anthropic", "openai", "scripted", "local")
 
+# What a new user gets when a hosted key is present: fast, cheap, priced in cost/prices.py.
+DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
+DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+
 SecretResolver = Callable[[str], Awaitable[str]]
+
+
+def default_provider(settings: Settings) -> tuple[str, str]:
+    """The (provider, model) a zero-configuration command uses.
+
+    Anthropic if ATOR_ANTHROPIC_API_KEY is set, else OpenAI if ATOR_OPENAI_API_KEY is set,
+    else the packaged local model when llama-cpp-python and the model file are installed,
+    else the scripted provider (which echoes, and always works)."""
+    if settings.anthropic_api_key is not None:
+        return "anthropic", DEFAULT_ANTHROPIC_MODEL
+    if settings.openai_api_key is not None:
+        return "openai", DEFAULT_OPENAI_MODEL
+    from ator.providers.local import DEFAULT_LOCAL_MODEL, LocalProvider
+
+    try:
+        LocalProvider()  # checks llama-cpp-python and the model file; loads nothing yet
+    except ConfigError:
+        return "scripted", "scripted"
+    return "local", DEFAULT_LOCAL_MODEL
 
 
 class ProviderRegistry:

@@ -2,7 +2,7 @@
 
 `submit` inserts an item unique per (thread, client_message_id), so a resend, even a
 concurrent one, is a no-op that returns the item already there. Items are drained by
-`store.turns.begin_turn`; `pending_threads` lets the reaper find threads with work that no
+`store.turns.start_turn`; `pending_threads` lets the reaper find threads with work that no
 replica picked up (the replica that took the message died before running it).
 """
 

@@ -3,10 +3,10 @@ ator.store.*).
 
 A turn costs few round trips by design (each is measured in tests and bench/):
 
-1. `load_context`   one read: thread + setup + org budget + month spend + prior history.
-2. `begin_turn`     one write: drain *all* pending mailbox items (FOR UPDATE SKIP LOCKED),
+1. `start_turn`     one statement: read thread + setup + org budget + month spend + prior
+                    history, drain *all* pending mailbox items (FOR UPDATE SKIP LOCKED),
                     insert the turn, append `turn_started` and the items as events.
-3. `write_step`     one write per persistence point: events + turn usage/heartbeat
+2. `write_step`     one write per persistence point: events + turn usage/heartbeat
                     (+ model_calls row + org month usage) (+ finishing the turn).
 
 `write_step` only touches a turn that is still `running`; if the reaper or a stop closed it
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -36,45 +37,46 @@ __all__ = [
     "ModelCallRow",
     "StepWrite",
     "TurnContext",
-    "begin_turn",
     "get_turn",
     "heartbeat",
     "list_turns",
-    "load_context",
     "reap_lost_turns",
+    "start_turn",
     "write_step",
 ]
 
 _KINDS_SQL = ", ".join(f"'{k}'" for k in HISTORY_KINDS)
 
-_LOAD_CONTEXT = sa.text(f"""
-SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
-       t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
-       s.tool_policy, s.version AS setup_version, o.monthly_budget_usd,
-       COALESCE(u.cost_usd, 0) AS month_usd,
-       (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
-                                                     'data', e.data) ORDER BY e.seq), '[]')
-          FROM events e
-         WHERE e.thread_id = t.id AND e.kind IN ({_KINDS_SQL})) AS history
-  FROM threads t
-  JOIN setups s ON s.id = t.setup_id
-  JOIN orgs o ON o.id = t.org_id
-  LEFT JOIN org_usage u ON u.org_id = t.org_id
-                       AND u.month = date_trunc('month', now())::date
- WHERE t.id = :thread_id AND t.org_id = :org_id
-""")
-
-_BEGIN_TURN = sa.text("""
-WITH _drained AS (
+_START_TURN = sa.text(f"""
+WITH _ctx AS (
+  -- Read before anything below writes: every CTE sees the statement's starting snapshot,
+  -- so `history` is the thread as it was before this turn's events.
+  SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
+         t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
+         s.tool_policy, s.version AS setup_version, o.monthly_budget_usd,
+         COALESCE(u.cost_usd, 0) AS month_usd,
+         (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
+                                                       'data', e.data) ORDER BY e.seq), '[]')
+            FROM events e
+           WHERE e.thread_id = t.id AND e.kind IN ({_KINDS_SQL})) AS history
+    FROM threads t
+    JOIN setups s ON s.id = t.setup_id
+    JOIN orgs o ON o.id = t.org_id
+    LEFT JOIN org_usage u ON u.org_id = t.org_id
+                         AND u.month = date_trunc('month', now())::date
+   WHERE t.id = :thread_id AND t.org_id = :org_id
+), _drained AS (
   UPDATE mailbox SET turn_id = :turn_id
    WHERE id IN (SELECT id FROM mailbox
                  WHERE thread_id = :thread_id AND org_id = :org_id AND turn_id IS NULL
                  ORDER BY created_at, id
                  FOR UPDATE SKIP LOCKED)
+     AND EXISTS (SELECT 1 FROM _ctx)
   RETURNING id, client_message_id, kind, content, sender, created_at
 ), _turn AS (
+  -- The config snapshot is frozen from _ctx by the engine and written with the first step.
   INSERT INTO turns (id, org_id, thread_id, status, config_snapshot, config_hash, owner)
-  SELECT :turn_id, :org_id, :thread_id, 'running', CAST(:snapshot AS jsonb), :config_hash, :owner
+  SELECT :turn_id, :org_id, :thread_id, 'running', '{{}}'::jsonb, '', :owner
    WHERE EXISTS (SELECT 1 FROM _drained)
   RETURNING id
 ), _stale AS (
@@ -91,9 +93,7 @@ WITH _drained AS (
     FROM _stale
   UNION ALL
   SELECT 1, 0, 'turn_started',
-         jsonb_build_object('turn_id', CAST(:turn_id AS text),
-                            'config_hash', CAST(:config_hash AS text),
-                            'owner', CAST(:owner AS text))
+         jsonb_build_object('turn_id', CAST(:turn_id AS text), 'owner', CAST(:owner AS text))
   UNION ALL
   SELECT 2, row_number() OVER (ORDER BY created_at, id), kind,
          content || jsonb_build_object('client_message_id', client_message_id,
@@ -105,11 +105,18 @@ WITH _drained AS (
   UPDATE threads SET last_seq = last_seq + (SELECT count(*) FROM _items)
    WHERE id = :thread_id AND org_id = :org_id AND EXISTS (SELECT 1 FROM _turn)
   RETURNING last_seq - (SELECT count(*) FROM _items) AS base
+), _ev AS (
+  INSERT INTO events (org_id, thread_id, turn_id, seq, kind, data)
+  SELECT :org_id, :thread_id, :turn_id, _seq.base + i.ord, i.kind, i.data
+    FROM _seq, _items i
+  RETURNING seq, kind, data, created_at
 )
-INSERT INTO events (org_id, thread_id, turn_id, seq, kind, data)
-SELECT :org_id, :thread_id, :turn_id, _seq.base + i.ord, i.kind, i.data
-  FROM _seq, _items i
-RETURNING seq, kind, data, turn_id, created_at
+SELECT _ctx.*,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data', data,
+                                                     'created_at', created_at) ORDER BY seq),
+                        '[]')
+          FROM _ev) AS events
+  FROM _ctx
 """)
 
 
@@ -137,55 +144,35 @@ class TurnContext:
     history: list[dict[str, Any]]
 
 
-async def load_context(db: Database, scope: Scope, thread_id: UUID) -> TurnContext:
-    row = first(await db.read(_LOAD_CONTEXT, {"thread_id": thread_id, "org_id": scope.org_id}))
+async def start_turn(
+    db: Database, scope: Scope, thread_id: UUID, turn_id: UUID, *, owner: str
+) -> tuple[TurnContext, list[Event]]:
+    """Read the turn's context and drain every pending mailbox item into a new turn, in one
+    statement. Returns the context and the events appended (`turn_started` first, after a
+    `turn_ended` for any turn of this thread still marked running, whose owner must have died
+    since we hold the lease); no events means nothing was pending and no turn was created.
+
+    Raises NotFound when the thread is not this org's."""
+    params = {"turn_id": turn_id, "thread_id": thread_id, "org_id": scope.org_id,
+              "owner": owner}
+    row = first(await db.write(_START_TURN, params))
     if row is None:
         raise NotFound("thread not found")
-    return TurnContext(
-        row.id,
-        row.org_id,
-        row.setup_id,
-        row.setup_name,
-        row.setup_version,
-        row.provider,
-        row.model,
-        row.persona,
-        row.config,
-        row.tool_policy,
-        row.instructions,
-        row.parent_id,
-        row.root_id,
-        row.depth,
-        row.deleted_at is not None,
-        row.monthly_budget_usd,
-        Decimal(row.month_usd),
-        row.history,
+    ctx = TurnContext(
+        row.id, row.org_id, row.setup_id, row.setup_name, row.setup_version, row.provider,
+        row.model, row.persona, row.config, row.tool_policy, row.instructions, row.parent_id,
+        row.root_id, row.depth, row.deleted_at is not None, row.monthly_budget_usd,
+        Decimal(row.month_usd), row.history,
     )
+    events = [
+        Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
+        for e in row.events
+    ]
+    return ctx, events
 
 
-async def begin_turn(
-    db: Database,
-    scope: Scope,
-    thread_id: UUID,
-    turn_id: UUID,
-    *,
-    owner: str,
-    snapshot: dict[str, Any],
-    config_hash: str,
-) -> list[Event]:
-    """Drain every pending mailbox item into a new turn; returns the events it appended
-    (`turn_started` first, after `turn_ended` for any turn of this thread still marked running,
-    whose owner must have died since we hold the lease), or [] when nothing was pending."""
-    params = {
-        "turn_id": turn_id,
-        "thread_id": thread_id,
-        "org_id": scope.org_id,
-        "owner": owner,
-        "snapshot": json.dumps(snapshot, separators=(",", ":"), default=str),
-        "config_hash": config_hash,
-    }
-    rows = await db.write(_BEGIN_TURN, params)
-    return sorted((to_event(r, thread_id) for r in rows), key=lambda e: e.seq)
+def _ts(value: Any) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,15 +222,17 @@ _MODEL_CALL = """_mc AS (
         tokens = org_usage.tokens + EXCLUDED.tokens
   RETURNING cost_usd
 )"""
-_step_sql: dict[tuple[bool, bool], sa.TextClause] = {}
+_SNAPSHOT_SET = ", config_snapshot = CAST(:snapshot AS jsonb), config_hash = :config_hash"
+_step_sql: dict[tuple[bool, bool, bool], sa.TextClause] = {}
 
 
-def _step_statement(billed: bool, finish: bool) -> sa.TextClause:
-    key = (billed, finish)
+def _step_statement(billed: bool, finish: bool, snapshot: bool) -> sa.TextClause:
+    key = (billed, finish, snapshot)
     if key not in _step_sql:
         seq_cte, insert = append_cte(guard="_turn")
         turn_cte = (
             f"_turn AS (UPDATE turns SET {_TURN_SET}{_FINISH_SET if finish else ''}"
+            f"{_SNAPSHOT_SET if snapshot else ''}"
             " WHERE id = :turn_id AND org_id = :org_id AND status = 'running' RETURNING id)"
         )
         ctes = [turn_cte] + ([_MODEL_CALL] if billed else []) + [seq_cte, f"_ev AS ({insert})"]
@@ -267,8 +256,10 @@ async def write_step(
     steps: int,
     model_call: ModelCallRow | None = None,
     finish: tuple[str, str, str | None] | None = None,
+    snapshot: tuple[dict[str, Any], str] | None = None,
 ) -> StepWrite:
-    """Persist one step in one statement. `finish` = (status, stop_reason, error)."""
+    """Persist one step in one statement. `finish` = (status, stop_reason, error);
+    `snapshot` = the turn's frozen config and its hash, given with the turn's first write."""
     params: dict[str, Any] = {
         "org_id": scope.org_id,
         "thread_id": thread_id,
@@ -302,10 +293,13 @@ async def write_step(
         )
     if finish is not None:
         params.update(status=finish[0], stop_reason=finish[1], error=finish[2])
-    stmt = _step_statement(model_call is not None, finish is not None)
+    if snapshot is not None:
+        params.update(snapshot=json.dumps(snapshot[0], separators=(",", ":"), default=str),
+                      config_hash=snapshot[1])
+    stmt = _step_statement(model_call is not None, finish is not None, snapshot is not None)
     row = (await db.write(stmt, params))[0]
     written = [
-        Event(e["seq"], e["kind"], e["data"], turn_id, e["created_at"], thread_id)
+        Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
         for e in row.events
     ]
     month = Decimal(row.month_usd) if row.month_usd is not None else None
