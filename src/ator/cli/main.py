@@ -1,7 +1,8 @@
 """The `ator` command (layer: cli; the sync edge: asyncio.run lives here and only here).
 
-Commands: serve, chat, demo, migrate, admin, doctor. Settings come from ATOR_* environment
-variables (see ator.settings).
+Commands: serve, migrate, demo, chat, doctor, and the admin group. Settings come from ATOR_*
+environment variables (see ator.settings). Each command lives in its own module of this
+package; this one wires them into one typer app.
 """
 
 from __future__ import annotations
@@ -10,13 +11,22 @@ import asyncio
 
 import typer
 
+from ator.cli.admin import admin_app
+from ator.cli.chat import chat
+from ator.cli.demo import demo
+from ator.cli.doctor import doctor
 from ator.obs.logging import configure_logging
 from ator.settings import Settings
 
 __all__ = ["app", "main"]
 
+# Locals are never printed with a traceback: they may hold keys and settings.
 app = typer.Typer(help="ator: a self-hosted runtime for LLM agents.", no_args_is_help=True,
-                  add_completion=False)
+                  add_completion=False, pretty_exceptions_show_locals=False)
+app.command()(demo)
+app.command()(chat)
+app.command()(doctor)
+app.add_typer(admin_app, name="admin")
 
 
 @app.command()
@@ -55,3 +65,7 @@ def migrate() -> None:
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

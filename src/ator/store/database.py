@@ -4,19 +4,26 @@ May import: sqlalchemy, asyncpg, alembic, ator.settings, ator.errors, ator.store
 
 `open_database(settings)` gives a `Database`: an async SQLAlchemy engine on asyncpg with the
 migrations applied (under an advisory lock, so replicas starting together migrate once), and
-a `StatementStats` counter fed by engine events so tests and benchmarks can measure how many
-statements and commits a piece of work costs.
+a `StatementStats` counter so tests and benchmarks can measure how many statements and
+commits a piece of work costs.
+
+The few statements a turn is made of go through `fetch`: a plain asyncpg pool running
+pre-compiled text statements, one round trip each in autocommit. SQLAlchemy's per-execute
+machinery (compile cache lookup, greenlet hop, events, connection characteristics) cost
+about as much CPU as the database work on that path. Everything else uses the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
@@ -49,8 +56,13 @@ class StatementStats:
 class Database:
     """An engine plus the stats counter. Repositories take one of these."""
 
-    def __init__(self, engine: AsyncEngine, *, url: str, embedded: bool) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, url: str, embedded: bool,
+        pool: asyncpg.Pool | None = None,
+    ) -> None:
         self.engine = engine
+        self.pool = pool
+        self._sql: dict[int, tuple[str, tuple[str, ...]]] = {}
         self.url = url
         self.embedded = embedded
         self.stats = StatementStats()
@@ -64,6 +76,25 @@ class Database:
 
     def _on_commit(self, *_: Any) -> None:
         self.stats.commits += 1
+
+    def _compiled(self, stmt: sa.TextClause) -> tuple[str, tuple[str, ...]]:
+        key = id(stmt)  # hot statements are module constants, compiled once per process
+        if key not in self._sql:
+            compiled = stmt.compile(dialect=self.engine.dialect)
+            self._sql[key] = (compiled.string, tuple(compiled.positiontup or ()))
+        return self._sql[key]
+
+    async def fetch(
+        self, stmt: sa.TextClause, params: Mapping[str, Any], *, write: bool
+    ) -> list[asyncpg.Record]:
+        """Run one text statement on the asyncpg pool (autocommit). Records are read by key."""
+        assert self.pool is not None, "the database was opened without its asyncpg pool"
+        sql, names = self._compiled(stmt)
+        self.stats.statements += 1
+        rows: list[asyncpg.Record] = await self.pool.fetch(sql, *[params[n] for n in names])
+        if write:
+            self.stats.commits += 1
+        return rows
 
     async def write(
         self, stmt: Executable, params: Mapping[str, Any] | None = None
@@ -101,7 +132,21 @@ class Database:
         return True
 
     async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
         await self.engine.dispose()
+
+
+def _encode_json(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    # Same JSON handling as SQLAlchemy's dialect: text in (pre-serialized str or a value),
+    # Python objects out.
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(name, encoder=_encode_json, decoder=json.loads,
+                                  schema="pg_catalog")
 
 
 def first(rows: list[Row[Any]]) -> Row[Any] | None:
@@ -155,13 +200,21 @@ async def open_database(settings: Settings, *, run_migrations: bool = True) -> D
     url = to_async_url(raw)
     engine = create_async_engine(
         url,
-        pool_size=settings.db_pool_size,
+        # The engine serves the cold paths; the turn's statements use the asyncpg pool.
+        pool_size=max(2, settings.db_pool_size // 4),
         max_overflow=settings.db_pool_size,
         pool_pre_ping=False,
-        # The JSONB codec is set by SQLAlchemy; statements are cached per connection by asyncpg.
         connect_args={"server_settings": {"application_name": "ator"}},
     )
-    db = Database(engine, url=url.render_as_string(hide_password=True), embedded=embedded)
+    pool = await asyncpg.create_pool(
+        url.set(drivername="postgresql").render_as_string(hide_password=False),
+        min_size=1,
+        max_size=settings.db_pool_size,
+        init=_init_connection,
+        server_settings={"application_name": "ator"},
+    )
+    db = Database(engine, url=url.render_as_string(hide_password=True), embedded=embedded,
+                  pool=pool)
     if run_migrations:
         await migrate(engine)
     return db

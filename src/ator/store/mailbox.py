@@ -34,6 +34,13 @@ RETURNING *
 """)
 
 
+def _item_from_record(r: Any) -> MailboxItem:
+    return MailboxItem(
+        r["id"], r["thread_id"], r["client_message_id"], r["kind"], r["content"], r["sender"],
+        r["turn_id"], r["created_at"],
+    )
+
+
 def _item(row: Any) -> MailboxItem:
     return MailboxItem(
         row.id,
@@ -63,9 +70,9 @@ async def submit(
         "cmid": client_message_id, "kind": kind, "sender": scope.user_id,
         "content": json.dumps(content, separators=(",", ":")),
     }
-    row = first(await db.write(_SUBMIT, params))
-    if row is not None:
-        return _item(row), True
+    rows = await db.fetch(_SUBMIT, params, write=True)
+    if rows:
+        return _item_from_record(rows[0]), True
     # A resend (or a missing thread): return the item already there.
     existing = first(
         await db.read(

