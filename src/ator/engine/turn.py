@@ -27,7 +27,7 @@ from uuid import UUID
 from ator.agent.history import build_messages
 from ator.agent.loop import Budget, LoopOutcome, ModelReply, run_loop
 from ator.agent.prompt import build_system
-from ator.context import thread_id_var, turn_id_var
+from ator.context import org_id_var, thread_id_var, turn_id_var
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
 from ator.engine.config import FrozenConfig, freeze
@@ -253,6 +253,7 @@ class TurnRunner:
     ) -> bool:
         """Run one turn if anything is pending; False when the mailbox was empty."""
         turn_id = uuid.uuid4()
+        token_org = org_id_var.set(str(scope.org_id))
         token_turn = turn_id_var.set(str(turn_id))
         token_thread = thread_id_var.set(str(thread_id))
         try:
@@ -287,6 +288,7 @@ class TurnRunner:
         finally:
             turn_id_var.reset(token_turn)
             thread_id_var.reset(token_thread)
+            org_id_var.reset(token_org)
 
     async def _drive(
         self,
