@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from langgraph.types import Durability
-from pgserver import STATS_SETTLE_SECONDS, PgServer, ServerCounters
+from pgserver import STATS_SETTLE_SECONDS, PgServer, ServerDelta
 from systems import AtorSystem, ClientCounts, LangGraphSystem, System
 
 WARMUP_TURNS = 20
@@ -51,7 +51,8 @@ class Phase:
     latencies_ms: list[float]
     errors: list[str]
     client: ClientCounts
-    server: ServerCounters
+    server: ServerDelta
+    connections: int  # server backends on the system's database when the phase ended
 
     def summary(self) -> dict[str, Any]:
         lat = sorted(self.latencies_ms) or [float("nan")]
@@ -68,6 +69,7 @@ class Phase:
             "server_commits_per_turn": self.server.commits * per,
             "wal_fsyncs_per_turn": self.server.wal_fsyncs * per,
             "other_db_commits": self.server.other_commits,
+            "connections": self.connections,
         }
 
 
@@ -119,10 +121,11 @@ async def measure(system: System, server: PgServer, args: argparse.Namespace) ->
         client_before = system.client_counts()
         wall, latencies, errors = await drive(system, threads, in_flight)
         client = _delta(system.client_counts(), client_before)
+        connections = await server.connections(system.database)
         await server.settle(args.settle)
         server_after = await server.counters(system.database)
         phases.append(Phase(turns, in_flight, wall, latencies, errors, client,
-                            server_after - server_before))
+                            server_after - server_before, connections))
         server_before = server_after
     sequential, concurrent = phases
     samples = [*warm_errors, *burst_errors, *sequential.errors, *concurrent.errors]
@@ -165,6 +168,7 @@ _ROWS: list[tuple[str, str, str]] = [
     ("commits/turn (server, concurrent)", "concurrent", "server_commits_per_turn"),
     ("WAL fsyncs/turn (sequential)", "sequential", "wal_fsyncs_per_turn"),
     ("WAL fsyncs/turn (concurrent)", "concurrent", "wal_fsyncs_per_turn"),
+    ("server connections after concurrent", "concurrent", "connections"),
     ("other DBs' commits in windows", "both", "other_db_commits"),
     ("errors (incl. warm-up)", "", "errors"),
 ]
@@ -180,7 +184,8 @@ def _cell(result: dict[str, Any] | None, phase: str, key: str) -> str:
     values = [result[phase][k] for k in key.split("/")]
     if any(v is None for v in values):
         return "n/a"
-    return " / ".join(f"{v:.1f}" if v >= 100 else f"{v:.2f}" for v in values)
+    return " / ".join(str(v) if isinstance(v, int) else f"{v:.1f}" if v >= 100 else f"{v:.2f}"
+                      for v in values)
 
 
 def evaluate(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float], list[dict[str, Any]]]:
@@ -226,9 +231,8 @@ def render(config: dict[str, Any], results: dict[str, dict[str, Any]],
         f"server: {config['server']}",
         f"turns: {config['turns']} sequential (after {WARMUP_TURNS} warm-up), "
         f"{config['concurrent_turns']} concurrent with {config['in_flight']} in flight",
-        f"pools: ator db_pool_size={config['pool_size']} (SQLAlchemy pool_size + max_overflow: "
-        f"<= {2 * config['pool_size']} connections); LangGraph AsyncConnectionPool "
-        f"min_size={config['pool_size']}, max_size={2 * config['pool_size']}",
+        f"pool size {config['pool_size']}: ator Settings.db_pool_size; LangGraph "
+        f"AsyncConnectionPool min_size = max_size",
         f"LangGraph: create_react_agent + AsyncPostgresSaver, "
         f"durability={config['langgraph_durability']!r}",
         "",
@@ -247,10 +251,16 @@ def render(config: dict[str, Any], results: dict[str, dict[str, Any]],
     for name, result in results.items():
         for sample in result["error_samples"]:
             lines.append(f"  error ({name}): {sample}")
+        own = sum(result[p]["server_commits_per_turn"] * result[p]["turns"]
+                  for p in ("sequential", "concurrent"))
+        other = result["sequential"]["other_db_commits"] + result["concurrent"]["other_db_commits"]
+        if other > 0.05 * own:  # the WAL fsync counter is server-wide
+            lines.append(f"  WARNING ({name}): {other} commits on other databases during its "
+                         "windows; its WAL fsyncs/turn include their work")
     lines += [
         "",
-        "statements: ator = SQLAlchemy cursor executes (ator.db.stats); LangGraph = psycopg "
-        "cursor execute calls + executemany parameter sets.",
+        "statements: ator = ator.db.stats; LangGraph = psycopg cursor execute calls + "
+        "executemany parameter sets.",
         "commits (client) = ator.db.stats; commits (server) = pg_stat_database.xact_commit of "
         "each system's database (autocommit reads count too).",
         "WAL fsyncs: server-wide WAL fsync counter; counters read after "

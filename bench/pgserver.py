@@ -26,7 +26,7 @@ import psycopg
 from psycopg.rows import TupleRow
 from sqlalchemy.engine import make_url
 
-__all__ = ["STATS_SETTLE_SECONDS", "PgServer", "ServerCounters"]
+__all__ = ["STATS_SETTLE_SECONDS", "PgServer", "ServerCounters", "ServerDelta"]
 
 # PostgreSQL flushes a backend's pending statistics to shared memory lazily: at most once a
 # second while it is busy, and an idle backend that still holds pending counts flushes them
@@ -43,11 +43,20 @@ STATS_SETTLE_SECONDS = 11.0
 class ServerCounters:
     commits: int  # xact_commit of the measured database
     wal_fsyncs: int  # cluster-wide
-    other_commits: int  # xact_commit of every database but this one and the admin one
+    others: dict[str, int]  # xact_commit of every other database but the admin one
 
-    def __sub__(self, other: ServerCounters) -> ServerCounters:
-        return ServerCounters(self.commits - other.commits, self.wal_fsyncs - other.wal_fsyncs,
-                              self.other_commits - other.other_commits)
+    def __sub__(self, before: ServerCounters) -> ServerDelta:
+        # Databases created during the window count in full; dropped ones are lost (a floor).
+        other = sum(n - before.others.get(db, 0) for db, n in self.others.items())
+        return ServerDelta(self.commits - before.commits, self.wal_fsyncs - before.wal_fsyncs,
+                           other)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerDelta:
+    commits: int
+    wal_fsyncs: int
+    other_commits: int  # on other databases: a noise indicator for the server-wide fsyncs
 
 
 class PgServer:
@@ -104,18 +113,25 @@ class PgServer:
                       " WHERE object = 'wal' AND context = 'normal'")
         else:
             fsyncs = "SELECT wal_sync FROM pg_stat_wal"
-        query = (
-            "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = %(db)s),"
-            f" ({fsyncs}),"
-            " (SELECT COALESCE(sum(xact_commit), 0)::bigint FROM pg_stat_database"
-            "  WHERE datname IS NOT NULL AND datname NOT IN (%(db)s, %(admin)s))"
-        )
-        cur = await self._require_monitor().execute(
-            query, {"db": database, "admin": self._admin_db}
-        )
+        monitor = self._require_monitor()
+        cur = await monitor.execute(
+            "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = %s),"
+            f" ({fsyncs})", (database,))
         row = await cur.fetchone()
         assert row is not None
-        return ServerCounters(int(row[0] or 0), int(row[1] or 0), int(row[2] or 0))
+        cur = await monitor.execute(
+            "SELECT datname, xact_commit FROM pg_stat_database"
+            " WHERE datname IS NOT NULL AND datname NOT IN (%s, %s)", (database, self._admin_db))
+        others = {str(name): int(n) for name, n in await cur.fetchall()}
+        return ServerCounters(int(row[0] or 0), int(row[1] or 0), others)
+
+    async def connections(self, database: str) -> int:
+        """Server backends connected to `database` now."""
+        cur = await self._require_monitor().execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,))
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
 
     async def settle(self, seconds: float) -> None:
         """Wait until the idle backends have published their statistics (see above)."""

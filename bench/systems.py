@@ -135,7 +135,7 @@ class _ScriptedChat(BaseChatModel):
         # Overridden: the base class would run _generate in a thread pool.
         return self._reply(messages)
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> _ScriptedChat:  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> _ScriptedChat:
         return self  # the script already knows the one tool it calls
 
 
@@ -188,7 +188,7 @@ class LangGraphSystem:
         counter = _StatementCounter()
         # The connection settings AsyncPostgresSaver documents for a pool.
         pool: AsyncConnectionPool[AsyncConnection[DictRow]] = AsyncConnectionPool(
-            url, min_size=pool_size, max_size=2 * pool_size, open=False,
+            url, min_size=pool_size, max_size=pool_size, open=False,
             kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
                     "cursor_factory": _counting_cursor(counter)},
         )
