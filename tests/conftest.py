@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,11 +36,12 @@ def _plain(url: str) -> str:
 @pytest.fixture(scope="session")
 async def database_url() -> AsyncIterator[str]:
     server = os.environ.get("ATOR_DATABASE_URL")
+    embedded_dir: Path | None = None
     if server is None:
         from ator.store.embedded import start_embedded
 
-        data = Path(tempfile.mkdtemp(prefix="ator-test-pg-"))
-        server = await asyncio.to_thread(start_embedded, data)
+        embedded_dir = Path(tempfile.mkdtemp(prefix="ator-test-pg-"))
+        server = await asyncio.to_thread(start_embedded, embedded_dir)
     name = f"ator_test_{uuid.uuid4().hex[:10]}"
     admin = _plain(server)
     conn = await asyncpg.connect(admin)
@@ -53,6 +55,11 @@ async def database_url() -> AsyncIterator[str]:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
+    if embedded_dir is not None:
+        from ator.store.embedded import stop_embedded
+
+        await asyncio.to_thread(stop_embedded, embedded_dir)
+        shutil.rmtree(embedded_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from decimal import Decimal, InvalidOperation
-from typing import TypeVar
+from typing import Annotated, TypeVar
 from uuid import UUID
 
 import typer
@@ -65,22 +65,24 @@ def _budget(text: str | None) -> Decimal | None:
 
 @admin_app.command("create-org")
 def create_org(
-    name: str = typer.Argument(..., help="The org's name."),
-    budget: str | None = typer.Option(None, help="Monthly budget in USD (default: none)."),
+    name: Annotated[str, typer.Argument(help="The org's name.")],
+    budget: Annotated[str | None, typer.Option(
+        help="Monthly budget in USD (default: none).")] = None,
 ) -> None:
     """Create an org (a tenant). Prints its id."""
     monthly = _budget(budget)
     org = _run(lambda ator: ator.create_org(name, monthly_budget_usd=monthly))
     limit = money(org.monthly_budget_usd) if org.monthly_budget_usd is not None else "none"
-    console.print(f"created org {org.name!r}: {org.id} (monthly budget {limit})")
+    err_console.print(f"created org {org.name!r} (monthly budget {limit})")
+    console.print(str(org.id))  # alone on stdout, so `ORG=$(ator admin create-org …)` works
 
 
 @admin_app.command("create-key")
 def create_key(
-    org: UUID = typer.Option(..., help="The org the key acts in."),
-    email: str = typer.Option(..., help="The key's user (created in the org if new)."),
-    role: str = typer.Option(..., help="admin, member or viewer."),
-    name: str = typer.Option("cli", help="A label for the key."),
+    org: Annotated[UUID, typer.Option(help="The org the key acts in.")],
+    email: Annotated[str, typer.Option(help="The key's user (created in the org if new).")],
+    role: Annotated[str, typer.Option(help="admin, member or viewer.")],
+    name: Annotated[str, typer.Option(help="A label for the key.")] = "cli",
 ) -> None:
     """Create an API key for a user of an org. The key is printed once."""
     if role not in ROLES:
@@ -108,7 +110,7 @@ def create_key(
 def list_orgs() -> None:
     """List every org with its budget."""
     found = _run(lambda ator: org_store.list_orgs(ator.db))
-    table = Table(pad_edge=False)
+    table = Table()
     for column in ("id", "name", "monthly budget", "created"):
         table.add_column(column, no_wrap=column != "name")
     for o in found:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import typer
@@ -39,7 +39,7 @@ _QUIT = {"/quit", "/exit", "/q"}
 
 def chat_setup(provider: str, model: str) -> SetupSpec:
     # The small local model is never offered tools; listing them would only lengthen its prompt.
-    policy = {"allow": []} if provider == "local" else None
+    policy: dict[str, Any] | None = {"allow": []} if provider == "local" else None
     return SetupSpec("chat", provider, model, tool_policy=policy)
 
 
@@ -47,25 +47,29 @@ def chat_setup(provider: str, model: str) -> SetupSpec:
 class _Session:
     conversation: Conversation
     header: Text
-    close: Callable[[], Awaitable[None]]
+    close: Callable[[], Coroutine[Any, Any, None]]
     deltas: Callable[[TurnView], AbstractContextManager[Any]]
 
 
 def chat(
-    message: str | None = typer.Argument(
-        None, help="Send this message, print the answer and exit. Omit for a session."),
-    thread: UUID | None = typer.Option(None, help="Continue this thread."),
-    new: bool = typer.Option(False, "--new", help="Start a new thread (local mode)."),
-    setup: UUID | None = typer.Option(None, help="Setup of a new thread (default: local mode "
-                                                 "makes one; remote mode takes the first)."),
-    org: UUID | None = typer.Option(None, help="Org (local mode; default: the CLI's demo org)."),
-    provider: str | None = typer.Option(None, help="Provider of a new local setup."),
-    model: str | None = typer.Option(None, help="Model of a new local setup."),
-    url: str | None = typer.Option(None, envvar="ATOR_URL",
-                                   help="A server to talk to over HTTP (remote mode)."),
-    key: str | None = typer.Option(None, envvar="ATOR_API_KEY", show_default=False,
-                                   help="API key for --url."),
-    timeout: float = typer.Option(600.0, help="Give up following a turn after this long (s)."),
+    message: Annotated[str | None, typer.Argument(
+        help="Send this message, print the answer and exit. Omit for a session.")] = None,
+    thread: Annotated[UUID | None, typer.Option(help="Continue this thread.")] = None,
+    new: Annotated[bool, typer.Option("--new", help="Start a new thread (local mode).")] = False,
+    setup: Annotated[UUID | None, typer.Option(
+        help="Setup of a new thread (default: local mode makes one, remote mode takes the "
+             "org's first).")] = None,
+    org: Annotated[UUID | None, typer.Option(
+        help="Org (local mode; default: the CLI's demo org).")] = None,
+    provider: Annotated[str | None, typer.Option(
+        help="Provider of a new local setup (default: the first configured).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model of a new local setup.")] = None,
+    url: Annotated[str | None, typer.Option(
+        envvar="ATOR_URL", help="A server to talk to over HTTP (remote mode).")] = None,
+    key: Annotated[str | None, typer.Option(
+        envvar="ATOR_API_KEY", show_default=False, help="API key for --url.")] = None,
+    timeout: Annotated[float, typer.Option(
+        help="Give up following a turn after this many seconds.")] = 600.0,
 ) -> None:
     """Chat with an agent: in this process (default) or on a server (--url)."""
     settings = load_settings()
@@ -98,6 +102,11 @@ def chat(
         raise typer.Exit(1)
 
 
+def _setup_label(name: str, provider: str, model: str) -> str:
+    which = f"{provider}/{model}"
+    return name if which in name else f"{name} ({which})"
+
+
 async def _open_local(
     settings: Settings, *, thread: UUID | None, new: bool, setup: UUID | None, org: UUID | None,
     provider: str | None, model: str | None,
@@ -122,7 +131,8 @@ async def _open_local(
     conversation = LocalConversation(ator, ws.scope, current.id)
     header = Text.assemble(
         ("local", "bold"), f" · {describe_database(settings)} · org {ws.org.name} · setup ",
-        (chosen.name, "bold"), f" ({chosen.provider}/{chosen.model}) · thread {current.id} ",
+        (_setup_label(chosen.name, chosen.provider, chosen.model), "bold"),
+        f" · thread {current.id} ",
         ("(continued)" if continued else "(new)", "dim"),
     )
     return _Session(conversation, header, ator.close, conversation.deltas_to)
@@ -151,8 +161,10 @@ async def _open_remote(url: str, key: str, thread: UUID | None, setup: UUID | No
         await api.aclose()
         raise
     header = Text.assemble(
-        ("remote", "bold"), f" · {api.base_url} · setup ", (str(chosen["name"]), "bold"),
-        f" ({chosen['provider']}/{chosen['model']}) · thread {current['id']} ", (note, "dim"),
+        ("remote", "bold"), f" · {api.base_url} · setup ",
+        (_setup_label(str(chosen["name"]), str(chosen["provider"]), str(chosen["model"])),
+         "bold"),
+        f" · thread {current['id']} ", (note, "dim"),
     )
     conversation = RemoteConversation(api, str(current["id"]))
     return _Session(conversation, header, api.aclose, lambda view: nullcontext())
@@ -184,8 +196,10 @@ def _read_line(interactive: bool) -> str | None:
     line = sys.stdin.readline()
     if not line:
         return None
-    # Piped input is not echoed by a terminal: show it, so the transcript reads as a dialogue.
-    console.print(Text("you › ", style="bold green") + Text(line.rstrip("\n")))
+    if line.strip():
+        # Piped input is not echoed by a terminal: show it, so the transcript reads as a
+        # dialogue.
+        console.print(Text("you › ", style="bold green") + Text(line.strip()))
     return line
 
 

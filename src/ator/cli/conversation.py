@@ -126,6 +126,7 @@ class TurnFollower:
         self.seq = sent.after_seq
         self.turn_id: str | None = None
         self.ended: dict[str, Any] | None = None
+        self._started: float | None = None  # loop time of the first run, for the footer
 
     def _ours(self, event: dict[str, Any]) -> bool:
         # A turn_ended names its turn in its data: the one closing a lost turn is written
@@ -137,8 +138,9 @@ class TurnFollower:
     async def run(self, *, timeout: float) -> dict[str, Any]:
         """Returns the `turn_ended` event's data. Raises TimeoutError after `timeout` s."""
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        deadline = started + timeout
+        deadline = loop.time() + timeout
+        if self._started is None:
+            self._started = loop.time()
         while self.ended is None:
             left = deadline - loop.time()
             if left <= 0:
@@ -146,8 +148,8 @@ class TurnFollower:
             for event in await self.conversation.events(self.seq, min(_WAIT, left)):
                 self.seq = max(self.seq, int(event["seq"]))
                 if self.turn_id is None:
-                    data = event.get("data") or {}
-                    if event["kind"] == "message" and data.get("mailbox_id") == self.sent.mailbox_id:
+                    mailbox_id = (event.get("data") or {}).get("mailbox_id")
+                    if event["kind"] == "message" and mailbox_id == self.sent.mailbox_id:
                         self.turn_id = str(event["turn_id"])
                         self.view.started(self.turn_id)
                     continue
@@ -156,6 +158,6 @@ class TurnFollower:
                 self.view.event(event)
                 if event["kind"] == "turn_ended":
                     self.ended = dict(event["data"])
-                    self.view.ended(self.ended, loop.time() - started)
+                    self.view.ended(self.ended, loop.time() - self._started)
                     break
         return self.ended

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -61,10 +61,11 @@ def demo_setup(provider: str, model: str) -> SetupSpec:
 
 
 def demo(
-    provider: str | None = typer.Option(
-        None, help="Provider: local, scripted, anthropic or openai (default: the first one "
-                   "configured; the packaged local model when nothing is)."),
-    model: str | None = typer.Option(None, help="Model id (default: the provider's default)."),
+    provider: Annotated[str | None, typer.Option(
+        help="local, scripted, anthropic or openai (default: the first one configured; the "
+             "packaged local model when nothing is).")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model id (default: the provider's default).")] = None,
 ) -> None:
     """Run a short real conversation and show what was recorded: turns, tokens, cost."""
     settings = load_settings()
@@ -86,7 +87,7 @@ def _facts(rows: list[tuple[str, str]]) -> Table:
 async def _demo(settings: Settings, provider: str | None, model: str | None) -> bool:
     provider, model = pick_provider(settings, provider, model)
     console.print(Text("ator demo", style="bold") + Text(
-        " — a real conversation: every step persisted in PostgreSQL, every token counted"))
+        " — a real conversation, persisted in PostgreSQL, every token counted"))
     with console.status("opening the database (the first run initializes it)…"):
         ator = await Ator.open(settings)
     try:
@@ -96,10 +97,9 @@ async def _demo(settings: Settings, provider: str | None, model: str | None) -> 
         console.print(_facts([
             ("database", describe_database(settings)),
             ("provider", f"{provider} / {model}"
-                         + (" (runs on this CPU, nothing to configure)" if provider == "local"
-                            else "")),
+                         + (" (runs on this CPU, priced at $0)" if provider == "local" else "")),
             ("org", f"{ws.org.name} {ws.org.id} ({'reused' if ws.org_reused else 'new'})"),
-            ("setup", f"{setup.name} {setup.id} ({'reused' if setup_reused else 'new'})"),
+            ("setup", f"{setup.id} ({'reused' if setup_reused else 'new'})"),
             ("thread", f"{thread.id} (new)"),
         ]))
         console.print()
@@ -108,18 +108,26 @@ async def _demo(settings: Settings, provider: str | None, model: str | None) -> 
         console.print()
         console.print(turn_table(turns, title="Turns, as recorded in the database"))
         total = sum((t.cost_usd for t in turns), Decimal(0))
+        console.print()
         console.print(
-            f"{len(turns)} turns, {sum(t.steps for t in turns)} model calls, "
+            f"Total {money(total)}: {_count(len(turns), 'turn')}, "
+            f"{_count(sum(t.steps for t in turns), 'model call')}, "
             f"{sum(t.input_tokens for t in turns)} tokens in, "
-            f"{sum(t.output_tokens for t in turns)} out, total {money(total)}"
-            + (" (the local model is priced at $0)" if provider == "local" else "")
+            f"{sum(t.output_tokens for t in turns)} out."
         )
-        console.print(Text(f"Continue this conversation: ator chat --thread {thread.id}",
-                           style="dim"))
-        return all(data.get("status") == "done" for data in ended) and len(ended) == len(
-            MESSAGES)
+        ok = len(ended) == len(MESSAGES) and all(d.get("status") == "done" for d in ended)
+        if ok:
+            console.print(Text(f"Continue: ator chat --thread {thread.id}", style="dim"))
+        else:
+            console.print(Text("`ator doctor` shows which providers are configured.",
+                               style="yellow"))
+        return ok
     finally:
         await ator.close()
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 async def _converse(conversation: LocalConversation) -> list[dict[str, Any]]:

@@ -56,10 +56,10 @@ def doctor() -> None:
     """Check the database, coordinator, master key and providers; say how to fix gaps."""
     settings = load_settings()
     checks = asyncio.run(run_checks(settings))
-    table = Table(pad_edge=False, show_lines=False)
+    table = Table()
     table.add_column("check", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    table.add_column("detail")
+    table.add_column("detail", overflow="fold")
     for c in checks:
         detail = Text(c.detail)
         if c.fix:

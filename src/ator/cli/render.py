@@ -1,4 +1,4 @@
-"""How conversations, turns and errors look in a terminal (layer: cli; imports rich and
+"""How conversations, turns and errors look in a terminal (layer: cli; imports rich, typer and
 ator.store.records only).
 
 `TurnView` prints one turn as it happens, from two feeds: ephemeral token deltas (live text,
@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -88,15 +89,23 @@ def turn_line(data: dict[str, Any], seconds: float | None = None) -> Text:
 
 class TurnView:
     """Prints one turn. Feed it `delta(frame)` and `event(event_dict)`; it never raises on
-    an unknown frame or event kind (the server may be newer than this client)."""
+    an unknown frame or event kind (the server may be newer than this client).
+
+    Deltas run ahead of events: a fast model can stream step 2 before step 1's tool call is
+    read back from the database. Steps are counted on both feeds (a `MessageStop` frame ends
+    a streamed step; an `assistant` event, plus its `tool_results` after a tool call, ends a
+    persisted one) and a step's deltas are held until every earlier step is on screen, so the
+    terminal shows text, tool call, result, text, in the order they happened."""
 
     def __init__(self, out: Console | None = None, *, speaker: str = "ator") -> None:
         self.out = out or console
         self.speaker = speaker
         self.turn_id: str | None = None
-        # Text shown from deltas and not yet matched to a persisted step. A step's deltas can
-        # arrive before the previous step's event is read, so this is a queue, not a flag.
-        self._pending = ""
+        self._streaming = 0  # ordinal of the model call whose deltas arrive now
+        self._persisted = 0  # ordinal of the next assistant event
+        self._ready = 0  # deltas of calls up to this ordinal may be drawn
+        self._held: dict[int, str] = {}
+        self._drawn: set[int] = set()  # calls whose text was drawn from deltas
         self._open_line = False  # the cursor is after some text, not at a line start
 
     def started(self, turn_id: str) -> None:
@@ -118,23 +127,27 @@ class TurnView:
         self.out.file.flush()
 
     def delta(self, frame: dict[str, Any]) -> None:
-        """An ephemeral frame from `ator.runner.delta_listeners`: only text is drawn live."""
+        """An ephemeral frame from `ator.runner.delta_listeners`: text is drawn live."""
         if self.turn_id is not None and frame.get("turn_id") != self.turn_id:
             return
-        if frame.get("type") == "TextDelta" and frame.get("text"):
-            self._pending += str(frame["text"])
-            self._write(str(frame["text"]))
+        kind = frame.get("type")
+        if kind == "TextDelta" and frame.get("text"):
+            text, call = str(frame["text"]), self._streaming
+            if call <= self._ready:
+                self._drawn.add(call)
+                self._write(text)
+            else:
+                self._held[call] = self._held.get(call, "") + text
+        elif kind == "MessageStop":
+            self._streaming += 1
 
-    def _already_shown(self, text: str) -> bool:
-        """Whether `text` (a persisted text block) was drawn from deltas; consumes it."""
-        pending, wanted = self._pending.lstrip(), text.strip()
-        if wanted and pending.startswith(wanted):
-            self._pending = pending[len(wanted):]
-            return True
-        if pending:  # deltas and the record disagree: what was drawn stands, once
-            self._pending = ""
-            return True
-        return False
+    def _step_done(self, call: int) -> None:
+        """Everything of model call `call` is on screen: release the next call's text."""
+        self._close_line()
+        self._ready = max(self._ready, call + 1)
+        if held := self._held.pop(call + 1, ""):
+            self._drawn.add(call + 1)
+            self._write(held)
 
     def event(self, event: dict[str, Any]) -> None:
         kind, data = event.get("kind"), event.get("data") or {}
@@ -143,13 +156,16 @@ class TurnView:
         elif kind == "tool_results":
             for result in data.get("results", []):
                 self._tool_result(result)
+            self._step_done(self._persisted - 1)
         elif kind == "turn_ended":
             self._close_line()
 
     def _assistant(self, data: dict[str, Any]) -> None:
+        call = self._persisted
+        self._persisted += 1
         for block in data.get("content", []):
             if block.get("type") == "text" and block.get("text"):
-                if not self._already_shown(str(block["text"])):
+                if call not in self._drawn:  # no deltas (remote): the record is the text
                     self._write(str(block["text"]))
             elif block.get("type") == "tool_use":
                 self._close_line()
@@ -159,8 +175,10 @@ class TurnView:
                     + Text(str(block.get("name")), style="bold magenta")
                     + Text(" " + _one_line(args, _RESULT_CHARS), style="magenta")
                 )
-        if not self._pending:  # else the next step's deltas are already on this line
-            self._close_line()
+        if data.get("stop_reason") == "tool_use":
+            self._close_line()  # its results come next, then the next call's text
+        else:
+            self._step_done(call)
 
     def _tool_result(self, result: dict[str, Any]) -> None:
         self._close_line()
@@ -177,7 +195,9 @@ class TurnView:
 
 def turn_table(turns: list[Turn], *, title: str | None = None) -> Table:
     """The turn records as stored, oldest first, with a total row."""
-    table = Table(title=title, title_justify="left", show_footer=True, pad_edge=False)
+    # No vertical rules: the nine columns fit an 80-column terminal.
+    table = Table(title=title, title_justify="left", show_footer=True, box=box.SIMPLE_HEAD,
+                  show_edge=False)
     total = sum((t.cost_usd for t in turns), Decimal(0))
     tin = sum(t.input_tokens for t in turns)
     tout = sum(t.output_tokens for t in turns)
@@ -188,7 +208,7 @@ def turn_table(turns: list[Turn], *, title: str | None = None) -> Table:
     table.add_column("steps", justify="right")
     table.add_column("in", justify="right", footer=str(tin))
     table.add_column("out", justify="right", footer=str(tout))
-    table.add_column("cache r/w", justify="right", footer=str(tcache))
+    table.add_column("cache", justify="right", footer=str(tcache))  # read/write
     table.add_column("USD", justify="right", footer=money(total), no_wrap=True)
     table.add_column("time", justify="right", no_wrap=True)
     for t in sorted(turns, key=lambda t: t.started_at):

@@ -20,6 +20,7 @@ from ator.providers.local import DEFAULT_LOCAL_MODEL
 from ator.providers.registry import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_OPENAI_MODEL,
+    KNOWN_PROVIDERS,
     default_provider,
 )
 from ator.settings import Settings
@@ -46,8 +47,8 @@ def pick_provider(settings: Settings, provider: str | None, model: str | None) -
         "local": DEFAULT_LOCAL_MODEL,
         "scripted": "scripted",
     }
-    if model is None and provider not in defaults:
-        raise ConfigError(f"--model is needed with --provider {provider}")
+    if provider not in KNOWN_PROVIDERS:
+        raise ConfigError(f"unknown provider {provider!r}; known: {', '.join(KNOWN_PROVIDERS)}")
     return provider, model or defaults[provider]
 
 
