@@ -69,11 +69,7 @@ async def patch_org(
     return views.org(await ator.set_budget(_org_scope(p, org_id), body.monthly_budget_usd))
 
 
-@router.post("/api-keys", status_code=201)
-async def create_key(
-    body: KeyIn, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
-) -> dict[str, Any]:
-    scope = p.scope
+async def _issue_key(ator: Ator, scope: Scope, body: KeyIn) -> dict[str, Any]:
     try:
         user_id = await org_store.create_user(ator.db, scope, body.email, body.role)
     except Conflict:
@@ -82,6 +78,25 @@ async def create_key(
         ator.db, scope, user_id=user_id, name=body.name, role=body.role
     )
     return {**views.key(record), "key": secret}
+
+
+@router.post("/api-keys", status_code=201)
+async def create_key(
+    body: KeyIn, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    """A key for a user of the caller's org (the user is created if new). Shown once."""
+    return await _issue_key(ator, p.scope, body)
+
+
+@router.post("/orgs/{org_id}/api-keys", status_code=201)
+async def create_org_key(
+    org_id: UUID, body: KeyIn, p: Principal = Depends(require("admin")),
+    ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    """The operator's way to hand a new org its first admin key. Shown once."""
+    scope = _org_scope(p, org_id)
+    await org_store.get_org(ator.db, scope)
+    return await _issue_key(ator, scope, body)
 
 
 @router.get("/api-keys")
