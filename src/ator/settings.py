@@ -29,6 +29,8 @@ class Settings(BaseSettings):
 
     # Coordination: unset = in-process (one replica); redis://… for many replicas.
     redis_url: str | None = None
+    # Namespace of this deployment's keys and channels on a shared Redis.
+    redis_prefix: str = "ator:"
 
     # AES-256-GCM master key, base64 of 32 bytes. Unset: a key file is created in data_dir
     # (fine for one machine; set it explicitly for more than one).

@@ -25,26 +25,32 @@ from ator.store.scope import Scope
 
 __all__ = ["bootstrap_admin_key", "create_app"]
 
+_BOOTSTRAP_LOCK = 0x61746F73  # pg advisory lock key serializing the first start
+
 
 async def bootstrap_admin_key(runtime: Ator, *, announce: bool = True) -> str | None:
     """On a database with no API key: create the operator org, an admin and a key.
 
-    Returns the key (printed once to stderr when `announce`), or None if keys exist."""
-    if await key_store.any_key_exists(runtime.db):
-        return None
-    org = await runtime.create_org("operator")
-    await key_store.mark_operator(runtime.db, org.id)
-    scope = Scope(org.id)
-    user_id = await org_store.create_user(runtime.db, scope, "admin@localhost", "admin")
-    record, key = await key_store.create_key(runtime.db, scope, user_id=user_id,
-                                             name="bootstrap", role="admin")
-    preset = runtime.settings.bootstrap_key
-    if preset is not None:
-        wanted = preset.get_secret_value()
-        if parse_prefix(wanted) is None:
-            raise ValueError("ATOR_BOOTSTRAP_KEY must look like ator_<8 hex>_<secret>")
-        await key_store.replace_key_hash(runtime.db, record.id, wanted[5:13], hash_key(wanted))
-        key = wanted
+    Replicas starting together on an empty database serialize on an advisory lock, so only
+    one creates it. Returns the key (a random one is printed once to stderr when `announce`;
+    a preset ATOR_BOOTSTRAP_KEY is never printed), or None if keys exist."""
+    async with runtime.db.advisory_lock(_BOOTSTRAP_LOCK):
+        if await key_store.any_key_exists(runtime.db):
+            return None
+        org = await runtime.create_org("operator")
+        await key_store.mark_operator(runtime.db, org.id)
+        scope = Scope(org.id)
+        user_id = await org_store.create_user(runtime.db, scope, "admin@localhost", "admin")
+        record, key = await key_store.create_key(runtime.db, scope, user_id=user_id,
+                                                 name="bootstrap", role="admin")
+        preset = runtime.settings.bootstrap_key
+        if preset is not None:
+            wanted = preset.get_secret_value()
+            if parse_prefix(wanted) is None:
+                raise ValueError("ATOR_BOOTSTRAP_KEY must look like ator_<8 hex>_<secret>")
+            await key_store.replace_key_hash(runtime.db, record.id, wanted[5:13],
+                                             hash_key(wanted))
+            return wanted
     if announce:
         print(
             f"\nator: created the operator org and its admin API key (shown once):\n  {key}\n",

@@ -14,6 +14,7 @@ from ator.engine.runtime import Ator
 from ator.errors import ValidationFailed
 from ator.store import usage as usage_store
 from ator.store.keys import Principal
+from ator.store.usage import month_bounds
 
 router = APIRouter()
 
@@ -61,6 +62,7 @@ async def usage(
     else:
         try:
             first = date.fromisoformat(month + "-01")
+            month_bounds(first)  # the month after must exist too
         except ValueError as exc:
             raise ValidationFailed("month must be YYYY-MM", code="invalid_month") from exc
     rows = await usage_store.usage(ator.db, p.scope, month=first, group=group_by)

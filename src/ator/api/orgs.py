@@ -134,7 +134,8 @@ async def list_secrets(
 
 @router.delete("/secrets/{name}", status_code=204, response_class=Response)
 async def delete_secret(
-    name: str, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
+    name: str = Path(pattern=_SECRET_NAME), p: Principal = Depends(require("admin")),
+    ator: Ator = Depends(get_ator),
 ) -> Response:
     if not await secret_store.delete_secret(ator.db, p.scope, name):
         raise NotFound("secret not found")

@@ -20,13 +20,15 @@ __all__ = [
 ]
 
 
-def coordinator_from_url(url: str | None) -> Coordinator:
+def coordinator_from_url(url: str | None, *, prefix: str = "ator:") -> Coordinator:
     """The coordinator for `url`: None -> LocalCoordinator, redis(s):// -> RedisCoordinator.
 
-    Raises ConfigError for any other URL (or one redis-py cannot parse). Connects lazily.
+    `prefix` namespaces keys and channels: deployments sharing one Redis need distinct ones
+    (pub/sub ignores Redis database numbers). Raises ConfigError for any other URL (or one
+    redis-py cannot parse). Connects lazily.
     """
     if url is None:
         return LocalCoordinator()
     if url.startswith(("redis://", "rediss://")):
-        return RedisCoordinator(url)
+        return RedisCoordinator(url, prefix=prefix)
     raise ConfigError(f"unsupported coordinator URL scheme: {url.split(':', 1)[0]!r}")

@@ -139,7 +139,8 @@ class Ator:
         reaper (e.g. an admin command)."""
         settings = settings or Settings()
         db = await open_database(settings)
-        coord = coordinator or coordinator_from_url(settings.redis_url)
+        coord = coordinator or coordinator_from_url(settings.redis_url,
+                                                    prefix=settings.redis_prefix)
         if settings.master_key is not None:
             key = MasterKey.from_b64(settings.master_key.get_secret_value())
         else:

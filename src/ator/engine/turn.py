@@ -70,10 +70,15 @@ class TurnHandle:
     task: asyncio.Task[Any]
     reason: str | None = None
 
+    started: bool = False
+
     def stop(self, reason: str) -> None:
+        """Ask the turn to stop. Before its first statement committed, the stop is kept and
+        applied right after it (cancelling mid-statement would leave its outcome unknown)."""
         if self.reason is None:
             self.reason = reason
-            self.task.cancel()
+            if self.started:
+                self.task.cancel()
 
 
 @dataclass
@@ -257,6 +262,10 @@ class TurnRunner:
         token_turn = turn_id_var.set(str(turn_id))
         token_thread = thread_id_var.set(str(thread_id))
         try:
+            task = asyncio.current_task()
+            assert task is not None
+            handle = TurnHandle(turn_id, task)
+            on_start(handle)  # from here a stop is kept, and applied once the turn exists
             ctx, started = await turn_store.start_turn(
                 self.db, scope, thread_id, turn_id, owner=self.owner
             )
@@ -276,10 +285,9 @@ class TurnRunner:
             budget = Budget(ctx.monthly_budget_usd, ctx.month_usd, self.budget_fail_closed)
             sink = _Sink(self, scope, thread_id, turn_id, ctx.setup_id, ctx.provider, budget,
                          {"model": ctx.model}, snapshot)
-            task = asyncio.current_task()
-            assert task is not None
-            handle = TurnHandle(turn_id, task)
-            on_start(handle)
+            handle.started = True
+            if handle.reason is not None:
+                task.cancel()
             stop, error = await self._drive(ctx, frozen, history, sink, handle, scope,
                                             thread_id, turn_id)
             if not sink.finished:

@@ -29,10 +29,11 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Row, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.base import Executable
 
-from ator.errors import ConfigError
+from ator.errors import ConfigError, ValidationFailed
 from ator.settings import Settings
 
 __all__ = ["Database", "StatementStats", "first", "open_database", "to_async_url"]
@@ -91,7 +92,10 @@ class Database:
         assert self.pool is not None, "the database was opened without its asyncpg pool"
         sql, names = self._compiled(stmt)
         self.stats.statements += 1
-        rows: list[asyncpg.Record] = await self.pool.fetch(sql, *[params[n] for n in names])
+        try:
+            rows: list[asyncpg.Record] = await self.pool.fetch(sql, *[params[n] for n in names])
+        except asyncpg.DataError as exc:
+            raise _rejected(exc) from exc
         if write:
             self.stats.commits += 1
         return rows
@@ -101,9 +105,12 @@ class Database:
     ) -> list[Row[Any]]:
         """Run one statement as its own transaction (autocommit: a single statement is atomic
         in PostgreSQL, and this saves the BEGIN and COMMIT round trips). Returns its rows."""
-        async with self._autocommit.connect() as conn:
-            result = await conn.execute(stmt, params)
-            rows = list(result.all()) if result.returns_rows else []
+        try:
+            async with self._autocommit.connect() as conn:
+                result = await conn.execute(stmt, params)
+                rows = list(result.all()) if result.returns_rows else []
+        except DBAPIError as exc:
+            raise _data_error(exc) from exc
         self.stats.commits += 1
         return rows
 
@@ -111,8 +118,21 @@ class Database:
         self, stmt: Executable, params: Mapping[str, Any] | None = None
     ) -> list[Row[Any]]:
         """Run one read-only statement outside an explicit transaction."""
+        try:
+            async with self._autocommit.connect() as conn:
+                return list((await conn.execute(stmt, params)).all())
+        except DBAPIError as exc:
+            raise _data_error(exc) from exc
+
+    @asynccontextmanager
+    async def advisory_lock(self, key: int) -> AsyncIterator[None]:
+        """Hold a session advisory lock (one holder across all processes) for the block."""
         async with self._autocommit.connect() as conn:
-            return list((await conn.execute(stmt, params)).all())
+            await conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            try:
+                yield
+            finally:
+                await conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
@@ -153,6 +173,19 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     """No reset on release: pool statements run in autocommit and change no session state
     (no SET, LISTEN, cursors or session locks), and asyncpg's default reset is one more
     round trip and server transaction per statement."""
+
+
+def _rejected(exc: Exception) -> ValidationFailed:
+    return ValidationFailed(f"the database rejected a value: {exc}", code="invalid_value")
+
+
+def _data_error(exc: DBAPIError) -> Exception:
+    """A value PostgreSQL cannot store (a NUL in text, NaN in JSON, an out-of-range number)
+    is the caller's bad input, not a server fault; anything else stays as it was."""
+    cause = getattr(exc.orig, "__cause__", None) or exc.orig
+    if isinstance(cause, asyncpg.DataError):
+        return _rejected(cause)
+    return exc
 
 
 def first(rows: list[Row[Any]]) -> Row[Any] | None:

@@ -1,0 +1,266 @@
+"""Tenant isolation and roles, walked over every route the running server publishes.
+
+Routes come from the live GET /openapi.json, so a new route is covered (or the test says
+which request body or id it needs) without editing a list of routes:
+
+- with a path parameter, another org's id answers exactly like an id that does not exist:
+  404 `not_found`, never 200 with data and never 403;
+- without one, lists show the caller's org only, also when filtered by another org's ids;
+- within one's own org, a viewer key gets 403 (never 404) on every write.
+
+The tenants are made the way an operator would: POST /v1/orgs, then the org's first admin
+key with POST /v1/orgs/{org_id}/api-keys.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.client import Client, script_setup
+from tests.e2e.conftest import Deployment, DeploymentFactory
+from tests.e2e.replica import Replica
+
+pytestmark = pytest.mark.e2e
+
+WRITES = ("post", "put", "patch", "delete")
+# The one route whose path names a resource in the *caller's* org whatever it is called:
+# PUT of another org's secret name is an upsert of the caller's own secret of that name.
+CALLER_SCOPED = {("put", "/v1/secrets/{name}")}
+# The operator's admins manage every org: the org record and its keys, nothing inside it.
+OPERATOR_MAY = {("get", "/v1/orgs/{org_id}"), ("patch", "/v1/orgs/{org_id}"),
+                ("post", "/v1/orgs/{org_id}/api-keys")}
+MINTED = "minted-from-outside"  # the name of every key a walk tries to make in another org
+
+
+@dataclass
+class Tenant:
+    name: str
+    org_id: str
+    admin: Client
+    viewer: Client | None = None
+    ids: dict[str, str] = field(default_factory=dict)  # path/query parameter -> an id of ours
+    marks: set[str] = field(default_factory=set)  # strings that must never reach another org
+
+
+@dataclass
+class World:
+    deployment: Deployment
+    operator: Tenant
+    a: Tenant
+    b: Tenant
+    routes: list[tuple[str, str, dict[str, Any]]]  # (method, path, operation)
+
+    def tenant(self, name: str) -> Tenant:
+        found: Tenant = getattr(self, name)
+        return found
+
+
+async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> None:
+    """One of everything, with names that are unique to this tenant."""
+    tag = f"{tenant.name}-{uuid.uuid4().hex[:8]}"
+    api = tenant.admin
+    setup = await api.create_setup(script_setup({"text": f"answer-{tag}"}, name=f"setup-{tag}"))
+    thread = await api.create_thread(setup["id"], title=f"title-{tag}")
+    await api.post_message(thread["id"], f"text-{tag}")
+    end = (await api.follow(thread["id"]))[-1]
+    await api.ok("PUT", f"/v1/secrets/secret-{tag}", 204, json={"value": f"value-{tag}"})
+    viewer = await api.ok("POST", "/v1/api-keys", 201, json={
+        "name": f"viewer-{tag}", "role": "viewer", "email": f"viewer-{tag}@e2e.test"})
+    tenant.viewer = deployment.client(replica, viewer["key"])
+    tenant.ids = {
+        "org_id": tenant.org_id, "setup_id": setup["id"], "thread_id": thread["id"],
+        "turn_id": end["turn_id"], "key_id": viewer["id"], "name": f"secret-{tag}",
+        "parent_id": thread["id"],
+    }
+    tenant.marks = {*tenant.ids.values(), tag, viewer["user_id"], viewer["prefix"]}
+
+
+@pytest.fixture(scope="module")
+async def world(deployments: DeploymentFactory) -> World:
+    deployment = deployments()
+    replica = deployment.start("tenancy")
+    operator_api = deployment.client(replica)
+    orgs = (await operator_api.ok("GET", "/v1/orgs"))["data"]
+    operator = Tenant("operator", orgs[0]["id"], operator_api)
+    tenants = []
+    for name in ("a", "b"):
+        org = await operator_api.ok("POST", "/v1/orgs", 201,
+                                    json={"name": f"org-{name}", "monthly_budget_usd": "100"})
+        key = await operator_api.ok("POST", f"/v1/orgs/{org['id']}/api-keys", 201, json={
+            "name": f"admin-{name}", "role": "admin", "email": f"admin-{name}@e2e.test"})
+        tenant = Tenant(name, org["id"], deployment.client(replica, key["key"]))
+        await populate(tenant, deployment, replica)
+        tenants.append(tenant)
+    spec = (await operator_api.ok("GET", "/openapi.json"))
+    routes = [(method, path, op) for path, ops in spec["paths"].items()
+              for method, op in ops.items()]
+    return World(deployment, operator, tenants[0], tenants[1], routes)
+
+
+def path_params(op: dict[str, Any]) -> list[str]:
+    return [p["name"] for p in op.get("parameters", []) if p["in"] == "path"]
+
+
+def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
+             victim_org: dict[str, Any]) -> dict[str, Any] | None:
+    """A valid request body, so a request fails (or not) on who asks, not on what it says."""
+    if "requestBody" not in op:
+        return None
+    bodies: dict[tuple[str, str], dict[str, Any]] = {
+        ("post", "/v1/orgs"): {"name": "made-by-a-tenant"},
+        # The victim's own budget: a no-op for the operator (who may), a probe for others.
+        ("patch", "/v1/orgs/{org_id}"): {"monthly_budget_usd": victim_org["monthly_budget_usd"]},
+        ("post", "/v1/api-keys"): {"name": "k", "role": "viewer",
+                                   "email": f"{uuid.uuid4().hex[:8]}@e2e.test"},
+        ("post", "/v1/orgs/{org_id}/api-keys"): {"name": MINTED, "role": "admin",
+                                                 "email": f"{uuid.uuid4().hex[:8]}@e2e.test"},
+        ("put", "/v1/secrets/{name}"): {"value": "overwritten"},
+        ("post", "/v1/setups"): script_setup({"text": "x"}),
+        ("patch", "/v1/setups/{setup_id}"): {"name": "renamed-from-outside"},
+        ("post", "/v1/threads"): {"setup_id": victim.ids["setup_id"]},
+        ("post", "/v1/threads/{thread_id}/messages"): {"text": "from another org"},
+    }
+    assert (method, path) in bodies, f"add a valid request body for {method.upper()} {path}"
+    return bodies[(method, path)]
+
+
+def fill(path: str, ids: dict[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        assert name in ids, f"add an id for the path parameter {name!r}"
+        return ids[name]
+
+    return re.sub(r"\{(\w+)\}", one, path)
+
+
+def nobody() -> dict[str, str]:
+    """Ids of nothing at all."""
+    return {"org_id": str(uuid.uuid4()), "setup_id": str(uuid.uuid4()),
+            "thread_id": str(uuid.uuid4()), "turn_id": str(uuid.uuid4()),
+            "key_id": str(uuid.uuid4()), "name": f"no-such-{uuid.uuid4().hex[:8]}",
+            "parent_id": str(uuid.uuid4())}
+
+
+def leaks(text: str, tenant: Tenant) -> set[str]:
+    return {mark for mark in tenant.marks if mark in text}
+
+
+def outcome(response: httpx.Response) -> tuple[int, str | None]:
+    code = None
+    if response.headers.get("content-type", "").startswith("application/problem+json"):
+        code = response.json()["code"]
+    return response.status_code, code
+
+
+async def snapshot(tenant: Tenant) -> dict[str, Any]:
+    """What the tenant sees of its own data; a walk by anyone else must not change it."""
+    api, ids = tenant.admin, tenant.ids
+    keys = (await api.ok("GET", "/v1/api-keys"))["data"]
+    return {
+        "org": await api.ok("GET", f"/v1/orgs/{tenant.org_id}"),
+        "setups": await api.ok("GET", "/v1/setups", params={"include_archived": True}),
+        "threads": await api.ok("GET", "/v1/threads"),
+        "events": await api.events(ids["thread_id"]),
+        "turns": await api.turns(ids["thread_id"]),
+        "keys": [{k: v for k, v in key.items() if k != "last_used_at"} for key in keys],
+        "secrets": await api.ok("GET", "/v1/secrets"),
+        "usage": await api.ok("GET", "/v1/usage", params={"group_by": "thread"}),
+    }
+
+
+@pytest.mark.parametrize(("attacker", "victim"), [("b", "a"), ("a", "b"), ("operator", "a")])
+async def test_another_orgs_ids_are_not_found_on_every_route(
+    world: World, attacker: str, victim: str
+) -> None:
+    them, us = world.tenant(victim), world.tenant(attacker)
+    before = await snapshot(them)
+    walked = []
+    for method, path, op in world.routes:
+        if not path_params(op) or (method, path) in CALLER_SCOPED:
+            continue
+        body = body_for(method, path, op, them, before["org"])
+        params = {"wait": 1} if path.endswith("/events") else None  # the long-poll path too
+        theirs = await us.admin.request(method, fill(path, them.ids), json=body, params=params)
+        missing = await us.admin.request(method, fill(path, nobody()), json=body, params=params)
+        walked.append(f"{method.upper()} {path}")
+        if us is world.operator and (method, path) in OPERATOR_MAY:
+            assert theirs.status_code in (200, 201), (method, path, theirs.text)
+            continue
+        assert outcome(theirs) == (404, "not_found"), (method, path, theirs.text)
+        assert outcome(theirs) == outcome(missing), (method, path)
+        assert not leaks(theirs.text, them), (method, path)
+    assert len(walked) >= 14, walked
+
+    # PUT /v1/secrets/{name} with their secret's name makes our own secret of that name.
+    name = them.ids["name"]
+    await us.admin.ok("PUT", f"/v1/secrets/{name}", 204, json={"value": "ours"})
+    assert {"name": name} in (await us.admin.ok("GET", "/v1/secrets"))["data"]
+    await us.admin.ok("DELETE", f"/v1/secrets/{name}", 204)
+
+    after = await snapshot(them)
+    if us is world.operator:  # minting a key in any org is what the operator may do
+        minted = [k for k in after["keys"] if k not in before["keys"]]
+        assert [k["name"] for k in minted] == [MINTED]
+        after["keys"] = [k for k in after["keys"] if k in before["keys"]]
+    assert after == before
+
+
+@pytest.mark.parametrize(("attacker", "victim"), [("b", "a"), ("a", "b")])
+async def test_routes_without_path_parameters_show_only_the_callers_org(
+    world: World, attacker: str, victim: str
+) -> None:
+    them, us = world.tenant(victim), world.tenant(attacker)
+    before = await snapshot(them)
+    for method, path, op in world.routes:
+        if path_params(op) or not path.startswith("/v1/"):
+            continue
+        if method == "get":
+            # Filter by each of their ids the route accepts as a query parameter, too.
+            filters = [p["name"] for p in op.get("parameters", []) if p["name"] in them.ids]
+            for params in [{}, *({name: them.ids[name]} for name in filters)]:
+                response = await us.admin.request("GET", path, params=params)
+                assert response.status_code == 200, (path, params, response.text)
+                assert not leaks(response.text, them), (path, params)
+                if params:
+                    assert response.json()["data"] == [], (path, params)
+        elif method == "post":
+            body = body_for(method, path, op, them, before["org"])
+            response = await us.admin.request("POST", path, json=body)
+            assert response.status_code in (201, 404, 422), (path, response.text)
+            assert not leaks(response.text, them), path
+            if path == "/v1/threads":  # their setup id, in a body: as if it did not exist
+                missing = await us.admin.request("POST", path,
+                                                 json={"setup_id": str(uuid.uuid4())})
+                assert outcome(response) == outcome(missing)
+                assert response.status_code in (404, 422)
+    orgs = (await us.admin.ok("GET", "/v1/orgs"))["data"]
+    assert [o["id"] for o in orgs] == [us.org_id]
+    assert await snapshot(them) == before
+
+
+async def test_a_viewer_gets_403_on_every_write_in_its_own_org(world: World) -> None:
+    tenant = world.a
+    assert tenant.viewer is not None
+    before = await snapshot(tenant)
+    checked = []
+    for method, path, op in world.routes:
+        if method not in WRITES or not path.startswith("/v1/"):
+            continue
+        body = body_for(method, path, op, tenant, before["org"])
+        response = await tenant.viewer.request(method, fill(path, tenant.ids), json=body)
+        assert outcome(response) == (403, "forbidden"), (method, path, response.text)
+        checked.append(f"{method.upper()} {path}")
+    assert len(checked) >= 12, checked
+    for path in ("/v1/api-keys", "/v1/secrets"):  # admin-only reads
+        assert outcome(await tenant.viewer.request("GET", path)) == (403, "forbidden")
+    # Reads a viewer may do, on its own org's ids.
+    for path in ("/v1/threads/{thread_id}", "/v1/setups/{setup_id}", "/v1/turns/{turn_id}",
+                 "/v1/orgs/{org_id}"):
+        await tenant.viewer.ok("GET", fill(path, tenant.ids))
+    assert await snapshot(tenant) == before
