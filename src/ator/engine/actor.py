@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import uuid
-from typing import Any
 from uuid import UUID
 
 from ator.coord.base import Coordinator
@@ -170,5 +169,3 @@ class Actor:
                 handle.stop("lost")
                 return
 
-    def debug_state(self) -> dict[str, Any]:
-        return {"pumps": len(self._pumps), "running": len(self._running)}

@@ -8,7 +8,6 @@ so a fast hash is enough: there is nothing to brute-force.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 
 __all__ = ["hash_key", "new_key", "parse_prefix"]
@@ -32,6 +31,3 @@ def parse_prefix(key: str) -> str | None:
         return None
     return parts[1]
 
-
-def same(a: str, b: str) -> bool:
-    return hmac.compare_digest(a, b)

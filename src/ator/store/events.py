@@ -20,7 +20,7 @@ from ator.store.records import Event
 from ator.store.schema import events
 from ator.store.scope import Scope
 
-__all__ = ["HISTORY_KINDS", "append_cte", "append_events", "read_events", "to_event"]
+__all__ = ["HISTORY_KINDS", "append_cte", "event_params", "read_events", "to_event"]
 
 # Event kinds the model's history is rebuilt from (the others are for people and tools).
 HISTORY_KINDS = ("message", "notification", "assistant", "tool_results", "turn_ended")
@@ -59,25 +59,6 @@ def event_params(items: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 def to_event(row: Any, thread_id: UUID | None = None) -> Event:
     return Event(row.seq, row.kind, row.data, row.turn_id, row.created_at, thread_id)
-
-
-_ctes, _insert = append_cte()
-_APPEND = sa.text(f"WITH {_ctes} {_insert}")
-
-
-async def append_events(
-    db: Database,
-    scope: Scope,
-    thread_id: UUID,
-    items: Sequence[tuple[str, dict[str, Any]]],
-    *,
-    turn_id: UUID | None = None,
-) -> list[Event]:
-    """Append events outside a turn's own statements (e.g. the reaper's `turn_ended`)."""
-    params = {"org_id": scope.org_id, "thread_id": thread_id, "turn_id": turn_id}
-    params.update(event_params(items))
-    rows = await db.write(_APPEND, params)
-    return [to_event(r, thread_id) for r in rows]
 
 
 async def read_events(
