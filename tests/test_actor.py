@@ -298,3 +298,35 @@ async def test_stopping_during_tools_keeps_the_model_call_and_its_cost(make_ator
         turn = (await a.turns(scope, thread.id))[0]
         assert (turn.input_tokens, turn.output_tokens) == (1_000, 100)
         assert turn.cost_usd == Decimal("0.0015")  # $1/MTok in, $5/MTok out
+
+
+async def test_a_stop_during_the_turns_first_statement_is_not_lost(
+    make_ator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn's first statement is slowed down (a gate before the real one) so a stop
+    lands while it runs: the stop must be applied as soon as the turn exists."""
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_start = turn_store.start_turn
+
+    async def slow_start(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        entered.set()
+        await release.wait()
+        return await real_start(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(turn_store, "start_turn", slow_start)
+    provider = GatedProvider()  # would wait forever if the stop were lost
+    async with make_ator(providers={"gated": provider}) as ator:
+        scope, thread = await new_thread(ator, "gated")
+        await ator.submit(scope, thread.id, "work")
+        await asyncio.wait_for(entered.wait(), 10)
+        await ator.stop(scope, thread.id)
+        handle = ator.actor.running[thread.id]
+        for _ in range(1000):  # the abort listener is a task: let it run, no wall-clock wait
+            if handle.reason is not None:
+                break
+            await asyncio.sleep(0)
+        assert handle.reason == "user" and not handle.started
+        release.set()
+        event = await wait_for_event(ator, scope, thread.id, ended)
+        assert event.data["stop_reason"] == "cancelled:user"
+        assert provider.requests == []  # stopped before the first model call

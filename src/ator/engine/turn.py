@@ -286,10 +286,13 @@ class TurnRunner:
             sink = _Sink(self, scope, thread_id, turn_id, ctx.setup_id, ctx.provider, budget,
                          {"model": ctx.model}, snapshot)
             handle.started = True
-            if handle.reason is not None:
-                task.cancel()
-            stop, error = await self._drive(ctx, frozen, history, sink, handle, scope,
-                                            thread_id, turn_id)
+            if handle.reason is not None:  # stopped while the turn was being created
+                lost = handle.reason == "lost"
+                stop = "error:lost" if lost else f"cancelled:{handle.reason}"
+                error = "this replica lost the turn's lease" if lost else None
+            else:
+                stop, error = await self._drive(ctx, frozen, history, sink, handle, scope,
+                                                thread_id, turn_id)
             if not sink.finished:
                 await asyncio.shield(sink.finish(stop, error))
             return True
