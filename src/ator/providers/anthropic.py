@@ -10,10 +10,8 @@ exceptions are mapped to ProviderError here, once; the SDK never retries (the lo
 from __future__ import annotations
 
 import copy
-import email.utils
 import json
 import re
-import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -37,6 +35,7 @@ from ator.providers.base import (
     ToolUseStop,
     Usage,
 )
+from ator.providers.retry import retry_after
 
 __all__ = ["DEFAULT_BASE_URL", "MAX_CACHE_BREAKPOINTS", "AnthropicProvider", "build_params"]
 
@@ -339,16 +338,9 @@ class _StreamState:
 
 
 def _tool_stop(block: _ToolBlock) -> ToolUseStop:
-    raw = "".join(block.parts)
-    if not raw.strip():
-        # No input deltas: a tool without arguments, or a proxy that put the input in the start.
-        start = block.start_input if isinstance(block.start_input, dict) else {}
-        return ToolUseStop(block.id, dict(start), raw)
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return ToolUseStop(block.id, None, raw)
-    return ToolUseStop(block.id, value if isinstance(value, dict) else None, raw)
+    # No input deltas: a tool without arguments, or a proxy that put the input in the start.
+    start = block.start_input if isinstance(block.start_input, dict) else {}
+    return ToolUseStop.from_json(block.id, "".join(block.parts), empty=start)
 
 
 def _stop_reason(reason: str | None) -> str:
@@ -394,7 +386,7 @@ def _status_error(exc: anthropic.APIStatusError) -> ProviderError:
             kind="rate_limit",
             retryable=not spend,
             status_code=status,
-            retry_after=None if spend else _retry_after(exc.response.headers),
+            retry_after=None if spend else retry_after(exc.response.headers),
         )
     if error_type == "request_too_large" or status == 413:
         return ContextOverflow(message, status_code=status)
@@ -415,24 +407,3 @@ def _status_error(exc: anthropic.APIStatusError) -> ProviderError:
     if in_stream or status >= 500:
         return ProviderError(message, kind="server", retryable=True, status_code=status)
     return ProviderError(message, kind="bad_request", status_code=status)
-
-
-def _retry_after(headers: httpx2.Headers) -> float | None:
-    """Seconds to wait, from `retry-after-ms` or `retry-after` (seconds or an HTTP date)."""
-    if (ms := headers.get("retry-after-ms")) is not None:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())

@@ -16,6 +16,7 @@ Adapters map this shape to their wire format (providers/openai.py flattens tool 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -140,6 +141,18 @@ class ToolUseStop:
     id: str
     input: dict[str, Any] | None
     raw: str = ""
+
+    @classmethod
+    def from_json(cls, id: str, raw: str, *, empty: dict[str, Any] | None = None) -> ToolUseStop:
+        """Parse streamed argument text. No text is `empty` (a tool without arguments);
+        text that is not a JSON object gives `input=None`, never a silent `{}`."""
+        if not raw.strip():
+            return cls(id, dict(empty or {}), raw)
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return cls(id, None, raw)
+        return cls(id, value if isinstance(value, dict) else None, raw)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,8 @@ exceptions are mapped to ProviderError here, once; the SDK never retries (the lo
 
 from __future__ import annotations
 
-import email.utils
 import json
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +34,7 @@ from ator.providers.base import (
     ToolUseStop,
     Usage,
 )
+from ator.providers.retry import retry_after
 
 __all__ = ["DEFAULT_BASE_URL", "NO_API_KEY", "OpenAIProvider", "build_params"]
 
@@ -360,13 +359,7 @@ class _StreamState:
 
 
 def _tool_stop(call_id: str, raw: str) -> ToolUseStop:
-    if not raw.strip():
-        return ToolUseStop(call_id, {}, raw)
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return ToolUseStop(call_id, None, raw)
-    return ToolUseStop(call_id, value if isinstance(value, dict) else None, raw)
+    return ToolUseStop.from_json(call_id, raw)
 
 
 # --------------------------------------------------------------------------- error mapping
@@ -399,7 +392,7 @@ def _status_error(exc: openai.APIStatusError) -> ProviderError:
             kind="rate_limit",
             retryable=not quota,
             status_code=status,
-            retry_after=None if quota else _retry_after(exc.response.headers),
+            retry_after=None if quota else retry_after(exc.response.headers),
         )
     if status == 529:
         return ProviderError(message, kind="overloaded", retryable=True, status_code=status)
@@ -430,24 +423,3 @@ def _stream_error(exc: openai.APIError) -> ProviderError:
     if "invalid_request" in kind_hint:
         return ProviderError(message, kind="bad_request")
     return ProviderError(message, kind="server", retryable=True)
-
-
-def _retry_after(headers: httpx2.Headers) -> float | None:
-    """Seconds to wait, from `retry-after-ms` or `retry-after` (seconds or an HTTP date)."""
-    if (ms := headers.get("retry-after-ms")) is not None:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
