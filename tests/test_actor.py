@@ -123,7 +123,7 @@ async def test_runaway_model_stops_at_the_step_cap(make_ator) -> None:
         result = await ator.ask(scope, thread.id, "loop forever", timeout=30)
         assert result.stop_reason == "max_steps"
         turn = await ator.turn(scope, result.turn_id)
-        assert turn.steps == 4 and turn.status == "done"
+        assert turn.steps == 4 and turn.status == "capped"
         kinds = [e.kind for e in await ator.events(scope, thread.id)]
         assert kinds.count("assistant") == 4 and kinds.count("tool_results") == 4
 
@@ -145,7 +145,7 @@ async def test_a_provider_that_hangs_stops_as_stalled(make_ator) -> None:
         scope, thread = await new_thread(ator, "s", config={"caps": {"stall_timeout": 0.3}})
         result = await ator.ask(scope, thread.id, "hello?", timeout=30)
         assert result.stop_reason == "stalled"
-        assert result.status == "done"
+        assert result.status == "capped"
 
 
 async def test_turn_wall_time_cap_is_timeout(make_ator) -> None:
@@ -191,7 +191,7 @@ async def test_stop_cancels_the_running_turn_with_its_reason(make_ator) -> None:
         await ator.stop(scope, thread.id)
         event = await wait_for_event(ator, scope, thread.id, ended)
         assert event.data["stop_reason"] == "cancelled:user"
-        assert (await ator.turns(scope, thread.id))[0].status == "cancelled"
+        assert (await ator.turns(scope, thread.id))[0].status == "stopped"
         # The thread is usable again.
         provider.gate.set()
         result = await ator.ask(scope, thread.id, "again", timeout=30)

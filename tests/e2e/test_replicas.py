@@ -80,7 +80,7 @@ async def test_stop_on_b_aborts_a_turn_running_on_a_and_busy_is_global(pair: Pai
     assert events[-1]["data"]["stop_reason"] == "cancelled:user"
     assert took <= STOP_WITHIN, f"turn_ended arrived {took:.3f}s after the stop"
     turn = await pair.on_a.ok("GET", f"/v1/turns/{turn_id}")
-    assert (turn["status"], turn["stop_reason"]) == ("cancelled", "cancelled:user")
+    assert (turn["status"], turn["stop_reason"]) == ("stopped", "cancelled:user")
 
 
 async def test_dedupe_is_global(pair: Pair) -> None:
@@ -125,7 +125,7 @@ async def test_a_sigkilled_replicas_turn_is_reaped_and_the_thread_goes_on(pair: 
     assert end["turn_id"] == lost_turn
     assert end["data"]["stop_reason"] == "error:lost"
     turn = await pair.on_b.ok("GET", f"/v1/turns/{lost_turn}")
-    assert (turn["status"], turn["stop_reason"]) == ("error", "error:lost")
+    assert (turn["status"], turn["stop_reason"]) == ("lost", "error:lost")
     assert (await pair.on_b.thread(thread["id"]))["busy"] is False
 
     # The script is chosen per turn position, so a new turn would hang again: switch the

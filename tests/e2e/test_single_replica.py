@@ -102,9 +102,9 @@ async def test_stop_cancels_a_hanging_turn(api: Client) -> None:
     events = await api.follow(thread["id"], after_seq=started[-1]["seq"], timeout=10)
     end = events[-1]["data"]
     assert end["stop_reason"] == "cancelled:user"
-    assert end["status"] == "cancelled"
+    assert end["status"] == "stopped"
     turn = await api.ok("GET", f"/v1/turns/{started[-1]['turn_id']}")
-    assert (turn["status"], turn["stop_reason"]) == ("cancelled", "cancelled:user")
+    assert (turn["status"], turn["stop_reason"]) == ("stopped", "cancelled:user")
 
 
 async def test_usage_by_org_thread_and_setup_agree(api: Client) -> None:

@@ -1,19 +1,23 @@
 """The agent loop: model call → tools → model call … until a stop (layer: agent; imports
-providers, tools, cost, errors).
+agent.*, providers, tools, cost, errors).
 
 The loop owns no storage. It reports each completed piece to a `StepSink` (the engine, which
-persists it before anything else happens) and returns a typed outcome. Per model call:
+persists it before anything else happens) and returns a typed `Outcome`. Per model call:
 
+- before it: the step's tools are asked of the turn's toolsets, the system prompt is built
+  from the tools actually mounted, and every hook's `before_call` may change the request or
+  end the turn (`StopTurn`: budget, caps);
 - `end_turn` / `stop_sequence` → finish;
 - `tool_use` → validate and run all tools concurrently, persist all results as one message,
-  check caps, continue;
+  then inject what the hooks' `between_steps` return (persisted first), check caps, continue;
 - `pause_turn` → call again with the partial answer;
 - `max_tokens` / `refusal` → finish with that reason;
 - transient provider errors are retried with jitter, honouring `retry-after`; a provider
   silent for `stall_timeout` ends the turn as `stalled`.
 
-Caps checked before every model call: steps, tokens, org budget. Wall time is the engine's
-(it wraps the whole turn).
+While a call streams, `state.partial` holds what it produced and what the provider reported
+it consumed, so a turn cut short (stop, timeout, stall) can persist and bill it. Wall time is
+the engine's (it wraps the whole turn).
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Protocol
 
-from ator.agent.caps import Caps
+from ator.agent.history import injected_blocks
+from ator.agent.hooks import Injection, LoopHook, StopTurn
+from ator.agent.prompt import build_system
+from ator.agent.state import PartialCall, TurnContext, TurnState
 from ator.cost.prices import Priced, PriceTable
 from ator.errors import ProviderError
 from ator.providers.base import (
@@ -36,7 +42,6 @@ from ator.providers.base import (
     ModelRequest,
     Provider,
     StreamEvent,
-    SystemBlock,
     TextDelta,
     ThinkingDelta,
     ToolUseStart,
@@ -44,9 +49,9 @@ from ator.providers.base import (
     Usage,
 )
 from ator.tools.base import ToolCall, ToolContext, ToolOutcome
-from ator.tools.registry import ToolRegistry
+from ator.tools.toolset import TurnTools
 
-__all__ = ["Budget", "LoopOutcome", "ModelReply", "StepSink", "run_loop"]
+__all__ = ["ModelReply", "Outcome", "StepSink", "run_loop"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,14 @@ class ModelReply:
     invalid_inputs: dict[str, str]  # tool_use id -> raw text that was not valid JSON
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How the loop ended; the figures are in the turn's state."""
+
+    stop_reason: str
+    error: str | None = None
+
+
 class StepSink(Protocol):
     """Where the loop reports progress. Each method returns only once the data is durable."""
 
@@ -72,6 +85,10 @@ class StepSink(Protocol):
 
     async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None: ...
 
+    async def on_injected(self, step: int, items: Sequence[Injection]) -> list[dict[str, Any]]:
+        """Persist injected items as events; returns their `{"kind", "data"}` records."""
+        ...
+
     async def flush(self) -> None:
         """Make everything reported so far durable now (a sink may batch a reply with the
         tool results that follow it)."""
@@ -82,106 +99,110 @@ class StepSink(Protocol):
         ...
 
 
-@dataclass
-class Budget:
-    """The org's monthly budget as the loop sees it; the sink updates `spent` after writes."""
-
-    limit: Decimal | None
-    spent: Decimal
-    fail_closed: bool = True
-
-    def blocks(self, model_priced: bool) -> str | None:
-        if self.limit is None:
-            return None
-        if self.spent >= self.limit:
-            return f"the org's monthly budget of ${self.limit} is spent (${self.spent})"
-        if not model_priced and self.fail_closed:
-            return "the model has no price, so spend against the budget cannot be measured"
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class LoopOutcome:
-    stop_reason: str
-    steps: int
-    usage: Usage
-    cost: Decimal
-    error: str | None = None
-
-
 async def run_loop(
+    turn: TurnContext,
+    state: TurnState,
     *,
     provider: Provider,
-    model: str,
-    system: list[SystemBlock],
-    messages: list[Message],
-    tools: ToolRegistry,
-    caps: Caps,
-    prices: PriceTable,
-    budget: Budget,
+    tools: TurnTools,
     sink: StepSink,
-    ctx_for: Callable[[ToolCall], ToolContext],
-    user_id: str | None = None,
-    cache: bool = True,
-    step_offset: int = 0,
-) -> LoopOutcome:
-    """Run steps until a stop. `messages` is extended in place with what the turn adds."""
-    usage = Usage()
-    cost = Decimal(0)
-    step = step_offset
-    specs = tools.specs(description_limit=caps.tool_description_chars)
-    model_priced = prices.lookup(model) is not None
+    prices: PriceTable,
+    hooks: Sequence[LoopHook] = (),
+    services: Mapping[type, object] | None = None,
+) -> Outcome:
+    """Run steps until a stop. `state.messages` is extended in place with what the turn adds."""
+    caps = turn.caps
+    first_step = state.steps
+    services = dict(services or {})
     while True:
-        if step - step_offset >= caps.max_steps:
-            return LoopOutcome("max_steps", step, usage, cost)
-        blocked = budget.blocks(model_priced)
-        if blocked is not None:
-            return LoopOutcome("budget", step, usage, cost, blocked)
+        if state.steps - first_step >= caps.max_steps:
+            return Outcome("max_steps")
+        await tools.refresh(turn.tool_scope(state.steps + 1))
+        system, layers = build_system(persona=turn.persona, instructions=turn.instructions,
+                                      tools=tools.specs)
         request = ModelRequest(
-            model=model, messages=list(messages), system=system, tools=specs,
-            max_tokens=caps.max_output_tokens, user_id=user_id, cache=cache,
+            model=turn.model, messages=list(state.messages), system=system,
+            tools=list(tools.specs), max_tokens=caps.max_output_tokens, user_id=turn.user_id,
+            cache=turn.cache,
         )
         try:
-            reply = await _call_with_retries(provider, request, caps, prices, sink)
+            for hook in hooks:
+                request = await hook.before_call(turn, state, request)
+        except StopTurn as stop:
+            return Outcome(stop.reason, stop.message)
+        state.request_meta = {
+            "model": turn.model, "layers": layers, "config_hash": turn.config_hash,
+            "tools": [{"name": t.name, "origin": t.origin} for t in request.tools],
+        }
+        try:
+            reply = await _call_with_retries(provider, request, turn, state, prices, sink)
         except TimeoutError:
-            return LoopOutcome("stalled", step, usage, cost,
-                               f"no provider event for {caps.stall_timeout:g}s")
+            return Outcome("stalled", f"no provider event for {caps.stall_timeout:g}s")
         except ProviderError as exc:
-            return LoopOutcome(f"error:{exc.kind}", step, usage, cost, exc.message)
-        step += 1
-        usage = usage + reply.usage
-        cost += reply.priced.usd
-        messages.append(reply.message)
+            return Outcome(f"error:{exc.kind}", exc.message)
+        state.partial = None
+        state.steps += 1
+        state.usage = state.usage + reply.usage
+        state.cost += reply.priced.usd
+        state.messages.append(reply.message)
         calls = [
             ToolCall(b["id"], b["name"], None if b["id"] in reply.invalid_inputs else b["input"],
                      reply.invalid_inputs.get(b["id"], ""))
             for b in reply.message["content"] if b["type"] == "tool_use"
         ]
         final = _final_reason(reply.stop_reason, bool(calls))
-        if final is None and usage.total_tokens >= caps.max_turn_tokens:
+        if final is None and state.usage.total_tokens >= caps.max_turn_tokens:
             final = "token_cap"
         # Tool calls we will not run are closed by history rebuilding (synthetic error results).
-        await sink.on_reply(step, reply, final)
+        await sink.on_reply(state.steps, reply, final)
         if final is not None:
-            return LoopOutcome(final, step, usage, cost)
+            return Outcome(final)
         if not calls:  # pause_turn: nothing to run, persist before calling again
             await sink.flush()
             continue
-        running = asyncio.ensure_future(tools.run_all(
-            calls, ctx_for, default_timeout=caps.tool_timeout,
-            result_limit=caps.tool_result_chars,
-        ))
-        try:
-            # Fast tools: the reply and its results become one write. Slow tools: the reply
-            # (and its cost) is persisted while they run.
-            done, _ = await asyncio.wait({running}, timeout=caps.persist_calls_after)
-            if not done:
-                await sink.flush()
-            results = await running
-        finally:
-            running.cancel()
-        await sink.on_tool_results(step, results)
-        messages.append({"role": "user", "content": [r.block() for r in results]})
+        results = await _run_tools(turn, state, tools, calls, sink, services)
+        await sink.on_tool_results(state.steps, results)
+        state.messages.append({"role": "user", "content": [r.block() for r in results]})
+        await _inject(turn, state, hooks, sink)
+
+
+async def _run_tools(
+    turn: TurnContext,
+    state: TurnState,
+    tools: TurnTools,
+    calls: list[ToolCall],
+    sink: StepSink,
+    services: Mapping[type, object],
+) -> list[ToolOutcome]:
+    def ctx_for(call: ToolCall) -> ToolContext:
+        return ToolContext(turn.org_id, turn.thread_id, turn.turn_id, call.id, state.abort,
+                           services)
+
+    running = asyncio.ensure_future(tools.registry.run_all(
+        calls, ctx_for, default_timeout=turn.caps.tool_timeout,
+        result_limit=turn.caps.tool_result_chars,
+    ))
+    try:
+        # Fast tools: the reply and its results become one write. Slow tools: the reply
+        # (and its cost) is persisted while they run.
+        done, _ = await asyncio.wait({running}, timeout=turn.caps.persist_calls_after)
+        if not done:
+            await sink.flush()
+        return await running
+    finally:
+        running.cancel()
+
+
+async def _inject(
+    turn: TurnContext, state: TurnState, hooks: Sequence[LoopHook], sink: StepSink
+) -> None:
+    items: list[Injection] = []
+    for hook in hooks:
+        items.extend(await hook.between_steps(turn, state))
+    if not items:
+        return
+    records = await sink.on_injected(state.steps, items)  # persist, then inject
+    state.messages[-1]["content"].extend(injected_blocks(records))
 
 
 def _final_reason(stop_reason: str, has_calls: bool) -> str | None:
@@ -195,14 +216,19 @@ def _final_reason(stop_reason: str, has_calls: bool) -> str | None:
 
 
 async def _call_with_retries(
-    provider: Provider, request: ModelRequest, caps: Caps, prices: PriceTable, sink: StepSink
+    provider: Provider,
+    request: ModelRequest,
+    turn: TurnContext,
+    state: TurnState,
+    prices: PriceTable,
+    sink: StepSink,
 ) -> ModelReply:
     attempt = 0
     while True:
         try:
-            return await _call_once(provider, request, caps, prices, sink)
+            return await _call_once(provider, request, turn, state, prices, sink)
         except ProviderError as exc:
-            if not exc.retryable or attempt >= caps.provider_retries:
+            if not exc.retryable or attempt >= turn.caps.provider_retries:
                 raise
             attempt += 1
             backoff = min(30.0, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
@@ -210,21 +236,29 @@ async def _call_with_retries(
 
 
 async def _call_once(
-    provider: Provider, request: ModelRequest, caps: Caps, prices: PriceTable, sink: StepSink
+    provider: Provider,
+    request: ModelRequest,
+    turn: TurnContext,
+    state: TurnState,
+    prices: PriceTable,
+    sink: StepSink,
 ) -> ModelReply:
     started = time.perf_counter()
-    blocks: list[Block] = []
+    partial = PartialCall(state.steps + 1)
+    state.partial = partial
     tool_blocks: dict[str, Block] = {}
     invalid: dict[str, str] = {}
     stop: MessageStop | None = None
     loop = asyncio.get_running_loop()
+    stall = turn.caps.stall_timeout
     stream = provider.stream(request)
     try:
-        async with asyncio.timeout(caps.stall_timeout) as watchdog:
+        async with asyncio.timeout(stall) as watchdog:
             async for event in stream:
-                watchdog.reschedule(loop.time() + caps.stall_timeout)
+                # Any provider event (keepalives included) proves the stream is alive.
+                watchdog.reschedule(loop.time() + stall)
                 sink.on_delta(event)
-                _assemble(event, blocks, tool_blocks, invalid)
+                _assemble(event, partial, tool_blocks, invalid)
                 if isinstance(event, MessageStop):
                     stop = event
     finally:
@@ -236,7 +270,7 @@ async def _call_once(
                             retryable=True)
     model = stop.model or request.model
     return ModelReply(
-        message={"role": "assistant", "content": blocks},
+        message={"role": "assistant", "content": partial.blocks},
         stop_reason=stop.stop_reason,
         usage=stop.usage,
         priced=prices.cost(request.model if prices.lookup(request.model) else model, stop.usage),
@@ -246,14 +280,18 @@ async def _call_once(
 
 
 def _assemble(
-    event: StreamEvent, blocks: list[Block], tool_blocks: dict[str, Block], invalid: dict[str, str]
+    event: StreamEvent, partial: PartialCall, tool_blocks: dict[str, Block],
+    invalid: dict[str, str],
 ) -> None:
+    blocks = partial.blocks
     if isinstance(event, TextDelta):
+        partial.streamed_chars += len(event.text)
         if blocks and blocks[-1]["type"] == "text":
             blocks[-1]["text"] += event.text
         else:
             blocks.append({"type": "text", "text": event.text})
     elif isinstance(event, ThinkingDelta):
+        partial.streamed_chars += len(event.text)
         if not (blocks and blocks[-1]["type"] == "thinking"):
             blocks.append({"type": "thinking", "thinking": "", "signature": None})
         blocks[-1]["thinking"] += event.text
@@ -265,9 +303,20 @@ def _assemble(
         tool_blocks[event.id] = block
         blocks.append(block)
     elif isinstance(event, ToolUseStop):
+        partial.streamed_chars += len(event.raw)
         target = tool_blocks.get(event.id)
         if target is not None:
             if event.input is None:
                 invalid[event.id] = event.raw
             else:
                 target["input"] = event.input
+    else:
+        usage = _reported_usage(event)
+        if usage is not None:
+            partial.reported = usage
+
+
+def _reported_usage(event: StreamEvent) -> Usage | None:
+    """Usage a provider reports mid-stream (message start, deltas), if this event carries it."""
+    usage = getattr(event, "usage", None)
+    return usage if isinstance(usage, Usage) and not isinstance(event, MessageStop) else None

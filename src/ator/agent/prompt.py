@@ -43,10 +43,18 @@ def build_system(
     if instructions.strip():
         layers.append(Layer("thread", instructions.strip()))
     if tools:
-        listing = "\n".join(f"- {t.name}: {t.description.splitlines()[0][:200]}" for t in tools)
+        listing = "\n".join(f"- {t.name}: {_summary(t.description)}" for t in tools)
         layers.append(Layer("tools", "Your tools:\n" + listing))
     blocks = [
         SystemBlock(f"## {layer.name}\n{layer.text}", name=layer.name, cache=i == len(layers) - 1)
         for i, layer in enumerate(layers)
     ]
     return blocks, [layer.meta for layer in layers]
+
+
+def _summary(description: str) -> str:
+    """The first non-empty line of a description, bounded (MCP tools often have none)."""
+    for line in description.splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return "(no description)"

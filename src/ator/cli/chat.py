@@ -135,7 +135,13 @@ async def _open_local(
         f" · thread {current.id} ",
         ("(continued)" if continued else "(new)", "dim"),
     )
-    return _Session(conversation, header, ator.close, conversation.deltas_to)
+    async def close() -> None:
+        try:
+            await conversation.aclose()
+        finally:
+            await ator.close()
+
+    return _Session(conversation, header, close, conversation.deltas_to)
 
 
 async def _open_remote(url: str, key: str, thread: UUID | None, setup: UUID | None) -> _Session:

@@ -5,12 +5,15 @@ Both transports speak the same three verbs — send (idempotent per client messa
 events after a seq (long-poll), stop — so one follower drives both: it waits for the `message`
 event carrying our mailbox id to learn which turn took the message (turns may coalesce
 several messages), then shows that turn's events until its `turn_ended`. In-process, token
-deltas are drawn live as well; over HTTP each step appears when it is persisted.
+deltas are drawn live as well (from the coordinator's delta channel, so they come from
+whichever replica runs the turn); over HTTP each step appears when it is persisted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,9 +23,10 @@ from uuid import UUID
 
 from ator.cli.remote import ApiClient
 from ator.cli.render import TurnView
+from ator.engine.follow import TurnFollow
 from ator.engine.runtime import Ator
+from ator.engine.wire import delta_channel, event_frame
 from ator.store import threads as thread_store
-from ator.store.records import Event
 from ator.store.scope import Scope
 
 __all__ = ["Conversation", "LocalConversation", "RemoteConversation", "Sent", "TurnFollower"]
@@ -46,11 +50,6 @@ class Conversation(Protocol):
     async def stop(self) -> None: ...
 
 
-def _event_dict(e: Event) -> dict[str, Any]:
-    return {"seq": e.seq, "kind": e.kind, "data": e.data,
-            "turn_id": str(e.turn_id) if e.turn_id else None}
-
-
 class LocalConversation:
     """A thread of an `Ator` running in this process."""
 
@@ -59,8 +58,11 @@ class LocalConversation:
         self.scope = scope
         self.thread_id = str(thread_id)
         self._id = thread_id
+        self._views: list[TurnView] = []
+        self._deltas: asyncio.Task[None] | None = None
 
     async def send(self, text: str) -> Sent:
+        await self._listen_deltas()
         thread = await thread_store.get_thread(self.ator.db, self.scope, self._id)
         item, _ = await self.ator.submit(self.scope, self._id, text,
                                          client_message_id=uuid.uuid4().hex)
@@ -69,7 +71,7 @@ class LocalConversation:
     async def events(self, after_seq: int, wait: float) -> list[dict[str, Any]]:
         found = await self.ator.wait_events(self.scope, self._id, after_seq=after_seq,
                                             timeout=wait)
-        return [_event_dict(e) for e in found]
+        return [event_frame(e) for e in found]
 
     async def stop(self) -> None:
         await self.ator.stop(self.scope, self._id)
@@ -77,14 +79,33 @@ class LocalConversation:
     @contextmanager
     def deltas_to(self, view: TurnView) -> Iterator[None]:
         """Draw this thread's token deltas on `view` while inside the block."""
-        listeners = self.ator.runner.delta_listeners.setdefault(self._id, [])
-        listeners.append(view.delta)
+        self._views.append(view)
         try:
             yield
         finally:
-            listeners.remove(view.delta)
-            if not listeners:
-                self.ator.runner.delta_listeners.pop(self._id, None)
+            self._views.remove(view)
+
+    async def _listen_deltas(self) -> None:
+        if self._deltas is not None:
+            return
+        ready = asyncio.Event()
+        self._deltas = asyncio.create_task(self._read_deltas(ready))
+        await ready.wait()
+
+    async def _read_deltas(self, ready: asyncio.Event) -> None:
+        async with self.ator.coord.subscribe(delta_channel(self._id)) as sub:
+            ready.set()
+            async for _channel, message in sub:
+                for frame in json.loads(message):
+                    for view in list(self._views):
+                        view.delta(frame)
+
+    async def aclose(self) -> None:
+        if self._deltas is not None:
+            self._deltas.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._deltas
+            self._deltas = None
 
 
 class RemoteConversation:
@@ -121,19 +142,9 @@ class TurnFollower:
 
     def __init__(self, conversation: Conversation, sent: Sent, view: TurnView) -> None:
         self.conversation = conversation
-        self.sent = sent
         self.view = view
-        self.seq = sent.after_seq
-        self.turn_id: str | None = None
-        self.ended: dict[str, Any] | None = None
+        self.follow = TurnFollow(sent.mailbox_id, after_seq=sent.after_seq)
         self._started: float | None = None  # loop time of the first run, for the footer
-
-    def _ours(self, event: dict[str, Any]) -> bool:
-        # A turn_ended names its turn in its data: the one closing a lost turn is written
-        # by the next turn, so its own turn_id column is the next turn's.
-        if event["kind"] == "turn_ended":
-            return (event.get("data") or {}).get("turn_id") == self.turn_id
-        return event.get("turn_id") == self.turn_id
 
     async def run(self, *, timeout: float) -> dict[str, Any]:
         """Returns the `turn_ended` event's data. Raises TimeoutError after `timeout` s."""
@@ -141,23 +152,18 @@ class TurnFollower:
         deadline = loop.time() + timeout
         if self._started is None:
             self._started = loop.time()
-        while self.ended is None:
+        follow = self.follow
+        while follow.ended is None:
             left = deadline - loop.time()
             if left <= 0:
                 raise TimeoutError(f"the turn did not end within {timeout:g}s")
-            for event in await self.conversation.events(self.seq, min(_WAIT, left)):
-                self.seq = max(self.seq, int(event["seq"]))
-                if self.turn_id is None:
-                    mailbox_id = (event.get("data") or {}).get("mailbox_id")
-                    if event["kind"] == "message" and mailbox_id == self.sent.mailbox_id:
-                        self.turn_id = str(event["turn_id"])
-                        self.view.started(self.turn_id)
+            frames = await self.conversation.events(follow.seq, min(_WAIT, left))
+            for frame in follow.feed(frames):
+                if frame["kind"] == "message":
+                    if frame is follow.frames[0]:
+                        self.view.started(str(follow.turn_id))
                     continue
-                if not self._ours(event):
-                    continue
-                self.view.event(event)
-                if event["kind"] == "turn_ended":
-                    self.ended = dict(event["data"])
-                    self.view.ended(self.ended, loop.time() - self._started)
-                    break
-        return self.ended
+                self.view.event(frame)
+            if follow.ended is not None:
+                self.view.ended(follow.ended, loop.time() - self._started)
+        return follow.ended

@@ -103,7 +103,11 @@ async def _demo(settings: Settings, provider: str | None, model: str | None) -> 
             ("thread", f"{thread.id} (new)"),
         ]))
         console.print()
-        ended = await _converse(LocalConversation(ator, ws.scope, thread.id))
+        conversation = LocalConversation(ator, ws.scope, thread.id)
+        try:
+            ended = await _converse(conversation)
+        finally:
+            await conversation.aclose()
         turns = await ator.turns(ws.scope, thread.id)
         console.print()
         console.print(turn_table(turns, title="Turns, as recorded in the database"))

@@ -107,9 +107,13 @@ class TurnView:
         self._held: dict[int, str] = {}
         self._drawn: set[int] = set()  # calls whose text was drawn from deltas
         self._open_line = False  # the cursor is after some text, not at a line start
+        self._early: list[dict[str, Any]] = []  # deltas that came before we knew our turn
 
     def started(self, turn_id: str) -> None:
         self.turn_id = turn_id
+        early, self._early = self._early, []
+        for frame in early:
+            self.delta(frame)
 
     def _prefix(self) -> None:
         if not self._open_line:
@@ -127,8 +131,13 @@ class TurnView:
         self.out.file.flush()
 
     def delta(self, frame: dict[str, Any]) -> None:
-        """An ephemeral frame from `ator.runner.delta_listeners`: text is drawn live."""
-        if self.turn_id is not None and frame.get("turn_id") != self.turn_id:
+        """An ephemeral delta frame (engine/wire.py): text is drawn live. Frames that come
+        before the turn is known are kept (bounded) and drawn once it is, if they are ours."""
+        if self.turn_id is None:
+            if len(self._early) < 10_000:
+                self._early.append(frame)
+            return
+        if frame.get("turn_id") != self.turn_id:
             return
         kind = frame.get("type")
         if kind == "TextDelta" and frame.get("text"):

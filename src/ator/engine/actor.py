@@ -10,7 +10,9 @@ in between finds the lease taken, but its mark makes the releasing pump look aga
 replica that took a message dies before running it, the reaper's sweep wakes the thread.
 
 Stop travels over the coordinator (`ator:abort`), so it reaches whichever replica owns the
-turn, and keeps its typed reason (`cancelled:user`, `cancelled:shutdown`, …).
+turn, and keeps its typed reason (`cancelled:user`, `cancelled:shutdown`, …). The listener
+resubscribes after a coordinator failure, with backoff; while it is down `listening` is
+False and the replica reports itself not ready.
 """
 
 from __future__ import annotations
@@ -23,14 +25,14 @@ from uuid import UUID
 
 from ator.coord.base import Coordinator
 from ator.engine.turn import TurnHandle, TurnRunner
+from ator.engine.wire import ABORT_CHANNEL
 from ator.obs.logging import get_logger
 from ator.store import turns as turn_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["ABORT_CHANNEL", "Actor", "lease_key"]
+__all__ = ["Actor", "lease_key"]
 
-ABORT_CHANNEL = "ator:abort"
 log = get_logger("ator.engine.actor")
 
 
@@ -54,21 +56,29 @@ class Actor:
         self._pumps: dict[UUID, asyncio.Task[None]] = {}
         self._running: dict[UUID, TurnHandle] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
         self._closing = False
 
+    @property
+    def listening(self) -> bool:
+        """Whether stop requests from other replicas reach this one right now."""
+        return self._listening.is_set()
+
     async def start(self) -> None:
-        ready = asyncio.Event()
-        self._listener = asyncio.create_task(self._listen_aborts(ready), name="ator-abort-listener")
-        await ready.wait()
+        self._listener = asyncio.create_task(self._listen_aborts(), name="ator-abort-listener")
+        await self._listening.wait()
 
     async def close(self) -> None:
-        """Stop accepting work; running turns end as `cancelled:shutdown`, persisted."""
+        """Stop accepting work; running turns end as `cancelled:shutdown`, persisted. Never
+        raises for a pump that failed: shutdown must reach everything after it."""
         self._closing = True
         for handle in list(self._running.values()):
             handle.stop("shutdown")
         pumps = list(self._pumps.values())
         if pumps:
-            await asyncio.gather(*pumps, return_exceptions=True)
+            for result in await asyncio.gather(*pumps, return_exceptions=True):
+                if isinstance(result, Exception):
+                    log.warning("a thread pump failed during shutdown", exc_info=result)
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -99,18 +109,35 @@ class Actor:
         payload = json.dumps({"thread_id": str(thread_id), "reason": reason})
         await self.coord.publish(ABORT_CHANNEL, payload)
 
-    async def _listen_aborts(self, ready: asyncio.Event) -> None:
-        async with self.coord.subscribe(ABORT_CHANNEL) as sub:
-            ready.set()
-            async for _channel, message in sub:
-                try:
-                    data = json.loads(message)
-                    handle = self._running.get(UUID(data["thread_id"]))
-                except (ValueError, KeyError, TypeError):
-                    log.warning("ignoring malformed abort message", extra={"raw": message[:200]})
-                    continue
-                if handle is not None:
-                    handle.stop(str(data.get("reason", "user")))
+    async def _listen_aborts(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                async with self.coord.subscribe(ABORT_CHANNEL) as sub:
+                    self._listening.set()
+                    backoff = 0.1
+                    async for _channel, message in sub:
+                        self._on_abort(message)
+                # The subscription ended without an error (the backend closed it): resubscribe.
+            except asyncio.CancelledError:
+                self._listening.clear()
+                raise
+            except Exception:
+                log.warning("abort listener lost its subscription; resubscribing",
+                            exc_info=True)
+            self._listening.clear()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def _on_abort(self, message: str) -> None:
+        try:
+            data = json.loads(message)
+            handle = self._running.get(UUID(data["thread_id"]))
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring malformed abort message", extra={"raw": message[:200]})
+            return
+        if handle is not None:
+            handle.stop(str(data.get("reason", "user")))
 
     async def _pump(self, scope: Scope, thread_id: UUID, force: bool) -> None:
         token = f"{self.owner}:{uuid.uuid4().hex[:12]}"
@@ -155,13 +182,16 @@ class Actor:
                 heartbeat.cancel()
 
     async def _heartbeat(self, thread_id: UUID, token: str, handle: TurnHandle) -> None:
-        """Keep the lease and the turn row alive; a lost lease aborts the turn."""
+        """Keep the lease and the turn row alive; a lost lease aborts the turn. Until the
+        turn's row exists (its first statement may wait under load) only the lease is
+        extended: a missing row then means "not yet", not "lost"."""
         key = lease_key(thread_id)
         while True:
             await asyncio.sleep(self.lease_ttl / 3)
             try:
                 ok = await self.coord.extend(key, token, self.lease_ttl)
-                ok = await turn_store.heartbeat(self.db, handle.turn_id) and ok
+                if handle.started:
+                    ok = await turn_store.heartbeat(self.db, handle.turn_id) and ok
             except Exception:
                 log.warning("heartbeat failed", exc_info=True)
                 continue

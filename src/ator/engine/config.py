@@ -14,7 +14,7 @@ from typing import Any
 
 from ator.agent.caps import Caps
 from ator.security.redact import redact
-from ator.store.turns import TurnContext
+from ator.store.turns import TurnStart
 
 __all__ = ["FrozenConfig", "freeze"]
 
@@ -33,7 +33,7 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def freeze(ctx: TurnContext, *, engine_version: str) -> FrozenConfig:
+def freeze(ctx: TurnStart, *, engine_version: str) -> FrozenConfig:
     """Raises ConfigError when the setup's caps are invalid."""
     caps = Caps.from_config(ctx.config.get("caps"))
     policy = ctx.tool_policy or {}

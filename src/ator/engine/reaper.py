@@ -79,7 +79,7 @@ class Reaper:
             log.warning("closed lost turn", extra={"lost_turn": str(turn.turn_id),
                                                    "owner": turn.owner})
             # Tell listeners (waiters, sockets) the turn ended; the event is already committed.
-            await self.runner.publish(Scope(turn.org_id), turn.thread_id, [turn.ended])
+            await self.runner.publisher.events(Scope(turn.org_id), turn.thread_id, [turn.ended])
         for org_id, thread_id in await mailbox_store.pending_threads(self.db, older_than=self.ttl):
             self.actor.wake(Scope(org_id), thread_id, force=True)
         return len(lost)

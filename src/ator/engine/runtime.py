@@ -29,12 +29,16 @@ from uuid import UUID
 
 import ator
 from ator.agent.caps import Caps
+from ator.agent.hooks import LoopHook
 from ator.coord import coordinator_from_url
 from ator.coord.base import Coordinator, Subscription
 from ator.cost.prices import PriceTable
 from ator.engine.actor import Actor, lease_key
+from ator.engine.follow import TurnFollow
+from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
-from ator.engine.turn import TurnRunner, thread_channel
+from ator.engine.turn import TurnRunner
+from ator.engine.wire import event_frame, thread_channel
 from ator.errors import ValidationFailed
 from ator.providers.base import Provider
 from ator.providers.registry import ProviderRegistry
@@ -53,7 +57,7 @@ from ator.store.records import Event, MailboxItem, Org, Setup, Thread, Turn
 from ator.store.scope import Scope
 from ator.tools.base import Tool
 from ator.tools.builtin import builtin_tools
-from ator.tools.registry import ToolRegistry
+from ator.tools.toolset import StaticToolset, Toolset
 
 __all__ = ["Ator", "TurnResult"]
 
@@ -98,22 +102,26 @@ class Ator:
         db: Database,
         coord: Coordinator,
         providers: ProviderRegistry,
-        tools: ToolRegistry,
+        toolsets: Iterable[Toolset],
         prices: PriceTable,
         master_key: MasterKey,
+        hooks: Iterable[LoopHook] = (),
+        services: Mapping[type, object] | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
         self.coord = coord
         self.providers = providers
-        self.tools = tools
+        self.toolsets = list(toolsets)
         self.prices = prices
         self.master_key = master_key
         self.owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.publisher = Publisher(coord)
         self.runner = TurnRunner(
-            db=db, coord=coord, providers=providers, tools=tools, prices=prices,
-            master_key=master_key, owner=self.owner, engine_version=ator.__version__,
-            budget_fail_closed=settings.budget_fail_closed,
+            db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
+            prices=prices, master_key=master_key, owner=self.owner,
+            engine_version=ator.__version__, budget_fail_closed=settings.budget_fail_closed,
+            hooks=list(hooks), services=services,
         )
         self.actor = Actor(db=db, coord=coord, runner=self.runner, owner=self.owner,
                            lease_ttl=settings.lease_ttl)
@@ -129,12 +137,18 @@ class Ator:
         *,
         providers: Mapping[str, Provider] | None = None,
         tools: Iterable[Tool] | None = None,
+        toolsets: Iterable[Toolset] = (),
+        hooks: Iterable[LoopHook] = (),
+        services: Mapping[type, object] | None = None,
         prices: PriceTable | None = None,
         coordinator: Coordinator | None = None,
         engine: bool = True,
     ) -> Ator:
         """Connect (or start the embedded database), migrate, and start the engine.
 
+        `tools` are the native tools every turn may use (default: the built-ins);
+        `toolsets` add tools asked for per turn; `hooks` run around every model call;
+        `services` are what tools may reach through `ToolContext.service`.
         `engine=False` gives a client that can write and read but runs no turns and no
         reaper (e.g. an admin command)."""
         settings = settings or Settings()
@@ -149,8 +163,8 @@ class Ator:
         self = cls(
             settings, db=db, coord=coord,
             providers=ProviderRegistry(settings, providers),
-            tools=ToolRegistry(builtin_tools() if tools is None else tools),
-            prices=prices or PriceTable(), master_key=key,
+            toolsets=[StaticToolset(builtin_tools() if tools is None else tools), *toolsets],
+            prices=prices or PriceTable(), master_key=key, hooks=hooks, services=services,
         )
         if engine:
             await self.start_engine()
@@ -163,12 +177,32 @@ class Ator:
             self._engine_started = True
 
     async def close(self) -> None:
+        """Stop the engine and close every resource. One part failing does not leave the
+        others open; the first failure is raised after all were tried."""
+        steps = [self.providers.aclose, self.publisher.aclose, self.coord.close, self.db.close]
         if self._engine_started:
-            await self.reaper.close()
-            await self.actor.close()
-        await self.providers.aclose()
-        await self.coord.close()
-        await self.db.close()
+            steps = [self.reaper.close, self.actor.close, *steps]
+            self._engine_started = False
+        failure: BaseException | None = None
+        for step in steps:
+            try:
+                await step()
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    async def ready(self) -> dict[str, bool]:
+        """What a readiness probe needs: the database, the coordinator, and (with the engine
+        running) the stop listener that makes stops from other replicas reach this one."""
+        checks = {"database": False, "coordinator": False}
+        with contextlib.suppress(Exception):
+            checks["database"] = await self.db.ping()
+        with contextlib.suppress(Exception):
+            checks["coordinator"] = await self.coord.ping()
+        if self._engine_started:
+            checks["stop_listener"] = self.actor.listening
+        return checks
 
     async def __aenter__(self) -> Ator:
         return self
@@ -309,25 +343,46 @@ class Ator:
     ) -> TurnResult:
         """Submit and wait for the turn that takes the message to end (on any replica).
 
-        Waits on the coordinator's notices (no polling); if notices stop arriving for a lease
-        TTL, it checks the database once in case one was lost."""
+        Follows the coordinator's notices of committed events (no polling); if none arrive
+        for a lease TTL, it catches up from the database, from the message's own event."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         async with self.coord.subscribe(thread_channel(thread_id)) as sub:
             item, _created = await self.submit(scope, thread_id, text,
                                                client_message_id=client_message_id)
-            waiter = _TurnWaiter(str(item.id))
+            follow = TurnFollow(str(item.id))
             async with _Inbox(sub) as inbox:
-                while waiter.result is None:
+                while not follow.done:
                     left = deadline - loop.time()
                     if left <= 0:
                         raise TimeoutError(f"no reply within {timeout:g}s")
                     message = await inbox.get(min(left, self.settings.lease_ttl))
                     if message is None:
-                        await waiter.check_database(self, scope, thread_id)
+                        await self._catch_up(scope, thread_id, follow)
                     else:
-                        waiter.feed(json.loads(message))
-            return waiter.result
+                        follow.feed(json.loads(message).get("events", []))
+        assert follow.ended is not None and follow.turn_id is not None
+        data = follow.ended
+        return TurnResult(
+            turn_id=UUID(follow.turn_id), status=str(data.get("status")),
+            stop_reason=str(data.get("stop_reason")), text=follow.text(),
+            usage=dict(data.get("usage") or {}),
+            cost_usd=Decimal(str(data.get("cost_usd", "0"))), events=follow.frames,
+        )
+
+    async def _catch_up(self, scope: Scope, thread_id: UUID, follow: TurnFollow) -> None:
+        """Read what was committed since the follower's position (a notice was lost)."""
+        if follow.turn_id is None:
+            seq = await event_store.message_seq(self.db, scope, thread_id, follow.mailbox_id)
+            if seq is None:
+                return  # not taken by a turn yet
+            follow.seq = seq - 1  # rewind: frames before our message are not ours
+        while not follow.done:
+            page = await self.events(scope, thread_id, after_seq=follow.seq, limit=500)
+            if not page:
+                return
+            follow.feed(event_frame(e) for e in page)
+            follow.seq = max(follow.seq, page[-1].seq)
 
 
 class _Inbox:
@@ -358,53 +413,3 @@ class _Inbox:
             return await asyncio.wait_for(self._queue.get(), timeout)
         except TimeoutError:
             return None
-
-
-class _TurnWaiter:
-    """Follows thread notices until the turn that drained `mailbox_id` ends."""
-
-    def __init__(self, mailbox_id: str) -> None:
-        self.mailbox_id = mailbox_id
-        self.turn_id: str | None = None
-        self.collected: list[dict[str, Any]] = []
-        self.result: TurnResult | None = None
-
-    def feed(self, notice: dict[str, Any]) -> None:
-        for ev in notice.get("events", []):
-            data = ev["data"]
-            if self.turn_id is None:
-                if ev["kind"] == "message" and data.get("mailbox_id") == self.mailbox_id:
-                    self.turn_id = ev["turn_id"]
-                    self.collected = []
-                continue
-            if ev.get("turn_id") != self.turn_id and data.get("turn_id") != self.turn_id:
-                continue
-            self.collected.append(ev)
-            if ev["kind"] == "turn_ended" and data.get("turn_id") == self.turn_id:
-                self._finish(data)
-
-    def _finish(self, data: dict[str, Any]) -> None:
-        assert self.turn_id is not None
-        texts = [
-            b["text"]
-            for ev in self.collected if ev["kind"] == "assistant"
-            for b in ev["data"].get("content", []) if b.get("type") == "text"
-        ]
-        self.result = TurnResult(
-            turn_id=UUID(self.turn_id), status=str(data.get("status")),
-            stop_reason=str(data.get("stop_reason")), text="\n".join(texts),
-            usage=dict(data.get("usage") or {}), cost_usd=Decimal(str(data.get("cost_usd", "0"))),
-            events=self.collected,
-        )
-
-    async def check_database(self, ator: Ator, scope: Scope, thread_id: UUID) -> None:
-        """Recover from a lost notice by reading what was committed."""
-        events = await ator.events(scope, thread_id, limit=10_000)
-        self.turn_id = None
-        notice = {"events": [
-            {"seq": e.seq, "kind": e.kind, "data": e.data,
-             "turn_id": str(e.turn_id) if e.turn_id else None}
-            for e in events
-        ]}
-        self.feed(notice)
-        # Not started or not ended yet: keep following live notices.

@@ -61,9 +61,14 @@ class SystemBlock:
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
+    """A tool as a model sees it, plus where it came from (adapters send only the first
+    three fields; `origin` and `read_only` are for the prompt, the inspector and retries)."""
+
     name: str
     description: str
     input_schema: dict[str, Any]
+    origin: str = "native"  # "native", "mcp:<server>", "subagents", …
+    read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

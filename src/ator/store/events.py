@@ -20,7 +20,14 @@ from ator.store.records import Event
 from ator.store.schema import events
 from ator.store.scope import Scope
 
-__all__ = ["HISTORY_KINDS", "append_cte", "event_params", "read_events", "to_event"]
+__all__ = [
+    "HISTORY_KINDS",
+    "append_cte",
+    "event_params",
+    "message_seq",
+    "read_events",
+    "to_event",
+]
 
 # Event kinds the model's history is rebuilt from (the others are for people and tools).
 HISTORY_KINDS = ("message", "notification", "assistant", "tool_results", "turn_ended")
@@ -76,3 +83,16 @@ async def read_events(
     )
     rows = await db.read(stmt)
     return [to_event(r, thread_id) for r in rows]
+
+
+async def message_seq(db: Database, scope: Scope, thread_id: UUID, mailbox_id: str) -> int | None:
+    """The seq of the `message` event that carries mailbox item `mailbox_id`, once a turn
+    took it (None before): where a follower that missed notices catches up from."""
+    stmt = sa.select(events.c.seq).where(
+        events.c.thread_id == thread_id,
+        events.c.org_id == scope.org_id,
+        events.c.kind == "message",
+        events.c.data["mailbox_id"].astext == mailbox_id,
+    )
+    rows = await db.read(stmt)
+    return int(rows[0].seq) if rows else None

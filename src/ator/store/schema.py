@@ -161,7 +161,10 @@ turns = sa.Table(
     sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
     sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
-    sa.CheckConstraint("status in ('running','done','cancelled','error')", name="ck_turns_status"),
+    sa.CheckConstraint(
+        "status in ('running','done','capped','budget','refused','stopped','lost','error')",
+        name="ck_turns_status",
+    ),
     sa.Index("ix_turns_thread", "thread_id", "started_at"),
     sa.Index("ix_turns_running", "heartbeat_at", postgresql_where=sa.text("status = 'running'")),
 )

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -33,10 +33,14 @@ from ator.store.schema import turns
 from ator.store.scope import Scope
 
 __all__ = [
+    "Billed",
+    "Finished",
     "LostTurn",
     "ModelCallRow",
+    "Snapshot",
+    "StepPart",
     "StepWrite",
-    "TurnContext",
+    "TurnStart",
     "get_turn",
     "heartbeat",
     "list_turns",
@@ -81,15 +85,16 @@ WITH _ctx AS (
   RETURNING id
 ), _stale AS (
   -- We hold the thread's lease, so a turn still marked running here lost its owner.
-  UPDATE turns SET status = 'error', stop_reason = 'error:lost', ended_at = now(),
+  UPDATE turns SET status = 'lost', stop_reason = 'error:lost', ended_at = now(),
                    error = 'owner lost its lease'
    WHERE thread_id = :thread_id AND org_id = :org_id AND status = 'running'
      AND EXISTS (SELECT 1 FROM _drained)
   RETURNING id
 ), _parts AS (
   SELECT 0 AS grp, 0::bigint AS sub, 'turn_ended' AS kind,
-         jsonb_build_object('turn_id', id::text, 'status', 'error',
-                            'stop_reason', 'error:lost') AS data
+         jsonb_build_object('turn_id', id::text, 'status', 'lost',
+                            'stop_reason', 'error:lost',
+                            'error', 'owner lost its lease') AS data
     FROM _stale
   UNION ALL
   SELECT 1, 0, 'turn_started',
@@ -121,7 +126,7 @@ SELECT _ctx.*,
 
 
 @dataclass(frozen=True, slots=True)
-class TurnContext:
+class TurnStart:
     """Everything a turn needs to start, read in one statement."""
 
     thread_id: UUID
@@ -146,7 +151,7 @@ class TurnContext:
 
 async def start_turn(
     db: Database, scope: Scope, thread_id: UUID, turn_id: UUID, *, owner: str
-) -> tuple[TurnContext, list[Event]]:
+) -> tuple[TurnStart, list[Event]]:
     """Read the turn's context and drain every pending mailbox item into a new turn, in one
     statement. Returns the context and the events appended (`turn_started` first, after a
     `turn_ended` for any turn of this thread still marked running, whose owner must have died
@@ -159,7 +164,7 @@ async def start_turn(
     if not rows:
         raise NotFound("thread not found")
     r = rows[0]
-    ctx = TurnContext(
+    ctx = TurnStart(
         r["id"], r["org_id"], r["setup_id"], r["setup_name"], r["setup_version"],
         r["provider"], r["model"], r["persona"], r["config"], r["tool_policy"],
         r["instructions"], r["parent_id"], r["root_id"], r["depth"],
@@ -193,7 +198,7 @@ class ModelCallRow:
     duration_ms: int
     request_meta: dict[str, Any]
     setup_id: UUID | None = None
-    purpose: str = "step"
+    purpose: str = "step"  # step, interrupted, compaction, …
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,12 +208,88 @@ class StepWrite:
     month_usd: Decimal | None  # the org's spend this month after this write, if it billed
 
 
-_TURN_SET = (
-    "steps = :steps, input_tokens = input_tokens + :d_in, output_tokens = output_tokens + :d_out,"
-    " cache_read_tokens = cache_read_tokens + :d_cr, cache_write_tokens = cache_write_tokens"
-    " + :d_cw, cost_usd = cost_usd + :d_cost, heartbeat_at = now()"
-)
-_FINISH_SET = ", status = :status, stop_reason = :stop_reason, error = :error, ended_at = now()"
+class StepPart(Protocol):
+    """One piece of a step's statement. A part may add `SET` assignments to the turn's own
+    update (`turn_set`), WITH-items of its own (`ctes`, which may refer to `_turn`: it has a
+    row only while the turn is still running) and its parameters. Parts are how a feature adds
+    to a step write (a claim, a reservation's release) without a flag on a shared function."""
+
+    @property
+    def key(self) -> str: ...
+
+    def turn_set(self) -> str: ...
+
+    def ctes(self) -> list[str]: ...
+
+    def params(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Billed:
+    """A model call: its row, its usage added to the turn and to the org's month."""
+
+    call: ModelCallRow
+    key: str = "billed"
+
+    def turn_set(self) -> str:
+        return (", input_tokens = input_tokens + :d_in, output_tokens = output_tokens + :d_out,"
+                " cache_read_tokens = cache_read_tokens + :d_cr,"
+                " cache_write_tokens = cache_write_tokens + :d_cw, cost_usd = cost_usd + :d_cost")
+
+    def ctes(self) -> list[str]:
+        return [_MODEL_CALL]
+
+    def params(self) -> dict[str, Any]:
+        mc = self.call
+        return {
+            "d_in": mc.input_tokens, "d_out": mc.output_tokens, "d_cr": mc.cache_read_tokens,
+            "d_cw": mc.cache_write_tokens, "d_cost": mc.cost_usd, "mc_setup_id": mc.setup_id,
+            "mc_step": mc.step, "mc_purpose": mc.purpose, "mc_provider": mc.provider,
+            "mc_model": mc.model, "mc_stop_reason": mc.stop_reason,
+            "mc_reported": mc.usage_reported, "mc_priced": mc.priced,
+            "mc_duration_ms": mc.duration_ms,
+            "mc_meta": json.dumps(mc.request_meta, separators=(",", ":"), default=str),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The turn's end: status, stop reason and error."""
+
+    status: str
+    stop_reason: str
+    error: str | None = None
+    key: str = "finished"
+
+    def turn_set(self) -> str:
+        return ", status = :status, stop_reason = :stop_reason, error = :error, ended_at = now()"
+
+    def ctes(self) -> list[str]:
+        return []
+
+    def params(self) -> dict[str, Any]:
+        return {"status": self.status, "stop_reason": self.stop_reason, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The turn's frozen, redacted config and its hash (with the turn's first write)."""
+
+    data: dict[str, Any]
+    hash: str
+    key: str = "snapshot"
+
+    def turn_set(self) -> str:
+        return ", config_snapshot = CAST(:snapshot AS jsonb), config_hash = :config_hash"
+
+    def ctes(self) -> list[str]:
+        return []
+
+    def params(self) -> dict[str, Any]:
+        return {"snapshot": json.dumps(self.data, separators=(",", ":"), default=str),
+                "config_hash": self.hash}
+
+
 _MODEL_CALL = """_mc AS (
   INSERT INTO model_calls (org_id, thread_id, turn_id, setup_id, step, purpose, provider, model,
     stop_reason, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
@@ -217,6 +298,7 @@ _MODEL_CALL = """_mc AS (
     :mc_model, :mc_stop_reason, :d_in, :d_out, :d_cr, :d_cw, :mc_reported, :d_cost, :mc_priced,
     :mc_duration_ms, CAST(:mc_meta AS jsonb))
 ), _usage AS (
+  -- Billed even when the turn was closed meanwhile: the provider charged for the call.
   INSERT INTO org_usage (org_id, month, cost_usd, tokens)
   VALUES (:org_id, date_trunc('month', now())::date, :d_cost, :d_in + :d_out + :d_cr + :d_cw)
   ON CONFLICT (org_id, month) DO UPDATE
@@ -224,20 +306,20 @@ _MODEL_CALL = """_mc AS (
         tokens = org_usage.tokens + EXCLUDED.tokens
   RETURNING cost_usd
 )"""
-_SNAPSHOT_SET = ", config_snapshot = CAST(:snapshot AS jsonb), config_hash = :config_hash"
-_step_sql: dict[tuple[bool, bool, bool], sa.TextClause] = {}
+_step_sql: dict[tuple[str, ...], sa.TextClause] = {}
 
 
-def _step_statement(billed: bool, finish: bool, snapshot: bool) -> sa.TextClause:
-    key = (billed, finish, snapshot)
+def _step_statement(parts: Sequence[StepPart]) -> sa.TextClause:
+    key = tuple(p.key for p in parts)
     if key not in _step_sql:
         seq_cte, insert = append_cte(guard="_turn")
         turn_cte = (
-            f"_turn AS (UPDATE turns SET {_TURN_SET}{_FINISH_SET if finish else ''}"
-            f"{_SNAPSHOT_SET if snapshot else ''}"
-            " WHERE id = :turn_id AND org_id = :org_id AND status = 'running' RETURNING id)"
+            "_turn AS (UPDATE turns SET steps = :steps, heartbeat_at = now()"
+            + "".join(p.turn_set() for p in parts)
+            + " WHERE id = :turn_id AND org_id = :org_id AND status = 'running' RETURNING id)"
         )
-        ctes = [turn_cte] + ([_MODEL_CALL] if billed else []) + [seq_cte, f"_ev AS ({insert})"]
+        ctes = [turn_cte, *(c for p in parts for c in p.ctes()), seq_cte, f"_ev AS ({insert})"]
+        billed = any(isinstance(p, Billed) for p in parts)
         month = "(SELECT cost_usd FROM _usage)" if billed else "NULL::numeric"
         _step_sql[key] = sa.text(
             "WITH " + ",\n".join(ctes) + "\nSELECT (SELECT count(*) FROM _turn) AS live, "
@@ -256,50 +338,19 @@ async def write_step(
     items: Sequence[tuple[str, dict[str, Any]]],
     *,
     steps: int,
-    model_call: ModelCallRow | None = None,
-    finish: tuple[str, str, str | None] | None = None,
-    snapshot: tuple[dict[str, Any], str] | None = None,
+    parts: Sequence[StepPart] = (),
 ) -> StepWrite:
-    """Persist one step in one statement. `finish` = (status, stop_reason, error);
-    `snapshot` = the turn's frozen config and its hash, given with the turn's first write."""
+    """Persist one step of a running turn in one statement: its events, its step count and
+    heartbeat, and every part given (a billed model call, the turn's end, its snapshot, …).
+    Nothing is written when the turn is no longer running (`StepWrite.live` is False)."""
+    parts = sorted(parts, key=lambda p: p.key)
     params: dict[str, Any] = {
-        "org_id": scope.org_id,
-        "thread_id": thread_id,
-        "turn_id": turn_id,
-        "steps": steps,
-        "d_in": 0,
-        "d_out": 0,
-        "d_cr": 0,
-        "d_cw": 0,
-        "d_cost": Decimal(0),
+        "org_id": scope.org_id, "thread_id": thread_id, "turn_id": turn_id, "steps": steps,
     }
     params.update(event_params(items))
-    if model_call is not None:
-        mc = model_call
-        params.update(
-            d_in=mc.input_tokens,
-            d_out=mc.output_tokens,
-            d_cr=mc.cache_read_tokens,
-            d_cw=mc.cache_write_tokens,
-            d_cost=mc.cost_usd,
-            mc_setup_id=mc.setup_id,
-            mc_step=mc.step,
-            mc_purpose=mc.purpose,
-            mc_provider=mc.provider,
-            mc_model=mc.model,
-            mc_stop_reason=mc.stop_reason,
-            mc_reported=mc.usage_reported,
-            mc_priced=mc.priced,
-            mc_duration_ms=mc.duration_ms,
-            mc_meta=json.dumps(mc.request_meta, separators=(",", ":"), default=str),
-        )
-    if finish is not None:
-        params.update(status=finish[0], stop_reason=finish[1], error=finish[2])
-    if snapshot is not None:
-        params.update(snapshot=json.dumps(snapshot[0], separators=(",", ":"), default=str),
-                      config_hash=snapshot[1])
-    stmt = _step_statement(model_call is not None, finish is not None, snapshot is not None)
-    row = (await db.fetch(stmt, params, write=True))[0]
+    for part in parts:
+        params.update(part.params())
+    row = (await db.fetch(_step_statement(parts), params, write=True))[0]
     written = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
         for e in row["events"]
@@ -332,7 +383,7 @@ async def reap_lost_turns(db: Database, ttl: float) -> list[LostTurn]:
     """Close turns whose owner stopped heartbeating more than `ttl` seconds ago (all orgs:
     this is the reaper's system-level sweep) and append their `turn_ended` events."""
     stmt = sa.text("""
-        UPDATE turns SET status = 'error', stop_reason = 'error:lost',
+        UPDATE turns SET status = 'lost', stop_reason = 'error:lost',
                error = 'owner stopped heartbeating', ended_at = now()
          WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => :ttl)
         RETURNING org_id, thread_id, id, owner
@@ -350,8 +401,9 @@ async def reap_lost_turns(db: Database, ttl: float) -> list[LostTurn]:
                             "turn_ended",
                             {
                                 "turn_id": str(row.id),
-                                "status": "error",
+                                "status": "lost",
                                 "stop_reason": "error:lost",
+                                "error": "owner stopped heartbeating",
                             },
                         )
                     ]

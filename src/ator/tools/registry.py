@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -21,7 +21,7 @@ from jsonschema.exceptions import SchemaError
 
 from ator.errors import ConfigError
 from ator.providers.base import ToolSpec
-from ator.tools.base import Tool, ToolCall, ToolContext, ToolOutcome
+from ator.tools.base import Tool, ToolCall, ToolContext, ToolOutcome, ToolResult
 
 __all__ = ["ToolRegistry", "truncate"]
 
@@ -86,7 +86,7 @@ class ToolRegistry:
         out = []
         for tool in self._tools.values():
             desc, _ = truncate(tool.description, description_limit)
-            out.append(ToolSpec(tool.name, desc, tool.input_schema))
+            out.append(tool.spec(desc))
         return out
 
     def validate(self, call: ToolCall) -> str | None:
@@ -110,7 +110,7 @@ class ToolRegistry:
     async def run_all(
         self,
         calls: Sequence[ToolCall],
-        ctx_for: Any,
+        ctx_for: Callable[[ToolCall], ToolContext],
         *,
         default_timeout: float,
         result_limit: int,
@@ -132,16 +132,18 @@ class ToolRegistry:
         self, call: ToolCall, ctx: ToolContext, default_timeout: float, result_limit: int
     ) -> ToolOutcome:
         started = time.perf_counter()
+        tool = self._tools.get(call.name)
 
-        def outcome(text: str, is_error: bool) -> ToolOutcome:
+        def outcome(text: str, is_error: bool, untrusted: bool = False) -> ToolOutcome:
             content, original = truncate(text, result_limit)
             ms = int((time.perf_counter() - started) * 1000)
-            return ToolOutcome(call.id, call.name, content, is_error, ms, original)
+            origin = tool.origin if tool is not None else "native"
+            return ToolOutcome(call.id, call.name, content, is_error, ms, original,
+                               untrusted, origin)
 
         problem = self.validate(call)
-        if problem is not None:
-            return outcome(problem, True)
-        tool = self._tools[call.name]
+        if problem is not None or tool is None:
+            return outcome(problem or f"Unknown tool {call.name!r}.", True)
         timeout = tool.timeout if tool.timeout is not None else default_timeout
         assert call.input is not None
         try:
@@ -152,5 +154,9 @@ class ToolRegistry:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a tool's failure is data for the model, not a crash
-            return outcome(f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", True)
-        return outcome(_render(value), False)
+            return outcome(f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", True,
+                           tool.untrusted)
+        if isinstance(value, ToolResult):
+            labelled = tool.untrusted if value.untrusted is None else value.untrusted
+            return outcome(value.text, value.is_error, labelled)
+        return outcome(_render(value), False, tool.untrusted)

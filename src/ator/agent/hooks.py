@@ -1,0 +1,56 @@
+"""Loop hooks: the seam features plug into instead of growing branches in the loop (layer:
+agent; imports agent.state, providers.base).
+
+A hook may act at two points of every turn:
+
+- `before_call(turn, state, request)`: just before each model call; returns the request to
+  send (compaction, prompt layers, a tool list change) or raises `StopTurn` to end the turn
+  gracefully with a typed reason (a budget that does not fit, a cap).
+- `between_steps(turn, state)`: after a step's tool results are persisted and before the
+  next call; returns items to inject (subagent results, notices). The loop persists them
+  first and only then shows them to the model, labelled as data (persist, then inject).
+
+Hooks run in the order given; each sees what the previous one returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ator.agent.state import TurnContext, TurnState
+from ator.providers.base import ModelRequest
+
+__all__ = ["Injection", "LoopHook", "StopTurn"]
+
+
+class StopTurn(Exception):
+    """Raised by a hook to end the turn before the call, with a typed stop reason."""
+
+    def __init__(self, reason: str, message: str | None = None) -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """Something to persist as an event of the turn and show the model between steps.
+    `kind` is an event kind the history understands (`notification`); `data` carries at
+    least `text` and `source`."""
+
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class LoopHook:
+    """Base class with no-op defaults: override the points you need."""
+
+    async def before_call(
+        self, turn: TurnContext, state: TurnState, request: ModelRequest
+    ) -> ModelRequest:
+        return request
+
+    async def between_steps(self, turn: TurnContext, state: TurnState) -> Sequence[Injection]:
+        return ()

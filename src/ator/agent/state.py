@@ -1,0 +1,86 @@
+"""One turn as the loop sees it: an immutable context and one mutable state (layer: agent;
+imports agent.caps, providers.base, tools.toolset).
+
+`TurnContext` is frozen when the turn starts (ids, model, prompt inputs, caps, config hash)
+and shared read-only by the loop, its hooks, toolsets and the engine. `TurnState` is the one
+place a turn's running figures live (messages, steps, usage, cost, the budget reservation,
+the model call in flight); the loop writes it, everyone else reads it. Nothing is counted in
+two places.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from ator.agent.caps import Caps
+from ator.providers.base import Block, Message, Usage
+from ator.tools.toolset import ToolScope
+
+__all__ = ["PartialCall", "TurnContext", "TurnState"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    org_id: UUID
+    thread_id: UUID
+    turn_id: UUID
+    setup_id: UUID
+    root_id: UUID | None
+    depth: int
+    provider: str
+    model: str
+    persona: str
+    instructions: str
+    caps: Caps
+    cache: bool = True
+    config_hash: str = ""
+
+    @property
+    def user_id(self) -> str:
+        """Stable per thread: providers use it for abuse tracking and cache affinity."""
+        return f"ator-thread-{self.thread_id}"
+
+    def tool_scope(self, step: int) -> ToolScope:
+        return ToolScope(self.org_id, self.thread_id, self.turn_id, self.setup_id,
+                         self.root_id, step)
+
+
+@dataclass
+class PartialCall:
+    """The model call in flight: what it streamed so far and the usage the provider
+    reported so far. If the turn is cut short (stop, timeout, stall), this is what gets
+    persisted as the interrupted reply and billed."""
+
+    step: int
+    blocks: list[Block] = field(default_factory=list)
+    reported: Usage | None = None  # the latest usage the provider reported mid-stream
+    streamed_chars: int = 0
+
+    def usage(self) -> Usage:
+        """What the call consumed so far: the provider's own figures where it reported them,
+        output estimated from streamed characters (and flagged) where it did not."""
+        estimate = self.streamed_chars // 4
+        if self.reported is None:
+            return Usage(output_tokens=estimate, reported=False)
+        if self.reported.output_tokens >= estimate:
+            return self.reported
+        return Usage(self.reported.input_tokens, estimate, self.reported.cache_read_tokens,
+                     self.reported.cache_write_tokens, reported=False)
+
+
+@dataclass
+class TurnState:
+    messages: list[Message]
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost: Decimal = Decimal(0)
+    # USD reserved against the org's budget for the call about to be made (0 without one).
+    reserved_usd: Decimal = Decimal(0)
+    partial: PartialCall | None = None
+    # What the next persisted model call records about its request (layers, tools, hash).
+    request_meta: dict[str, Any] = field(default_factory=dict)
+    abort: asyncio.Event = field(default_factory=asyncio.Event)

@@ -1,0 +1,85 @@
+"""Publishing what a turn produced to every replica (layer: engine; imports coord,
+engine.wire, providers.base, store.records).
+
+Committed events are announced on the thread's channel right after their commit (persist,
+then emit). Token deltas are the one ephemeral exception: coalesced per turn for a few tens
+of milliseconds and published on the thread's delta channel, so a listener on any replica
+(the CLI, a socket) sees them live; a delta lost on the way is not recovered, the persisted
+reply is the truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from ator.coord.base import Coordinator
+from ator.engine.wire import delta_channel, delta_frame, notice, thread_channel
+from ator.obs.logging import get_logger
+from ator.providers.base import StreamEvent, TextDelta, ThinkingDelta
+from ator.store.records import Event
+from ator.store.scope import Scope
+
+__all__ = ["Publisher"]
+
+log = get_logger("ator.engine.publish")
+_COALESCE = 0.03  # seconds of deltas per published frame batch
+
+
+class Publisher:
+    def __init__(self, coord: Coordinator) -> None:
+        self.coord = coord
+        self._pending: dict[UUID, list[dict[str, Any]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def events(self, scope: Scope, thread_id: UUID, events: Sequence[Event]) -> None:
+        """Announce committed events (call only after their commit). Deltas still queued for
+        the thread go first, so a listener never sees a step's deltas after its record."""
+        await self._flush(thread_id)
+        if events:
+            await self.coord.publish(thread_channel(thread_id),
+                                     notice(scope.org_id, thread_id, events))
+
+    def delta(self, thread_id: UUID, turn_id: UUID, event: StreamEvent) -> None:
+        """Queue one streamed event; flushed as one batch per thread every few ms."""
+        frames = self._pending.get(thread_id)
+        if frames is None:
+            frames = self._pending[thread_id] = []
+            task = asyncio.get_running_loop().create_task(self._flush_later(thread_id))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if isinstance(event, TextDelta | ThinkingDelta) and _mergeable(event, frames, turn_id):
+            frames[-1]["text"] += event.text  # coalesce consecutive text
+            return
+        frames.append(delta_frame(turn_id, event))
+
+    async def _flush_later(self, thread_id: UUID) -> None:
+        await asyncio.sleep(_COALESCE)
+        await self._flush(thread_id)
+
+    async def _flush(self, thread_id: UUID) -> None:
+        frames = self._pending.pop(thread_id, None)
+        if not frames:
+            return
+        try:
+            await self.coord.publish(delta_channel(thread_id),
+                                     json.dumps(frames, separators=(",", ":"), default=str))
+        except Exception:  # ephemeral by contract: a lost delta batch is only logged
+            log.warning("could not publish token deltas", exc_info=True)
+
+    async def aclose(self) -> None:
+        """Send what is queued, then stop."""
+        tasks = list(self._tasks)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _mergeable(event: TextDelta | ThinkingDelta, frames: list[dict[str, Any]],
+               turn_id: UUID) -> bool:
+    if isinstance(event, ThinkingDelta) and event.signature is not None:
+        return False
+    return bool(frames) and frames[-1]["type"] == type(event).__name__ \
+        and frames[-1]["turn_id"] == str(turn_id)

@@ -1,0 +1,209 @@
+"""The step writer: every persisted transition of a turn, one statement each (layer: engine;
+imports agent, store, engine.publish, obs, outcome).
+
+The loop reports to a `StepWriter` (it implements the loop's `StepSink`). Each transition —
+a model reply, a batch of tool results, injected notifications, the turn's end, a reply cut
+short — is one `write_step` composed from parts (events, a billed model call, the snapshot,
+the end, and whatever a feature adds), committed, then announced.
+
+A model reply that asked for tools is held until its tool results arrive, so a step with
+fast tools is one write (assistant message, model call and results together). The loop calls
+`flush()` when tools are slow, so the call and its cost are durable while they run. Whatever
+is held is written with the turn's end if the turn stops first.
+
+The writer holds no reference to what created it: it is given the database, a publisher,
+metrics and the turn's ids and state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ator.agent.hooks import Injection
+from ator.agent.loop import ModelReply
+from ator.agent.state import TurnContext, TurnState
+from ator.engine.publish import Publisher
+from ator.errors import AtorError
+from ator.obs.metrics import Metrics
+from ator.outcome import status_of
+from ator.providers.base import StreamEvent
+from ator.store import turns as turn_store
+from ator.store.database import Database
+from ator.store.scope import Scope
+from ator.tools.base import ToolOutcome
+
+__all__ = ["StepWriter", "TurnLost"]
+
+Item = tuple[str, dict[str, Any]]
+
+
+class TurnLost(AtorError):
+    """The turn was closed elsewhere (the reaper, or a newer owner) or this replica lost its
+    lease: stop running it and write nothing more."""
+
+    kind = "lost"
+    code = "turn_lost"
+
+
+@dataclass
+class _Held:
+    event: Item
+    call: turn_store.ModelCallRow
+
+
+class StepWriter:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        publisher: Publisher,
+        metrics: Metrics,
+        turn: TurnContext,
+        state: TurnState,
+        snapshot: turn_store.Snapshot | None,
+    ) -> None:
+        self._db = db
+        self._publisher = publisher
+        self._metrics = metrics
+        self._turn = turn
+        self._state = state
+        self._scope = Scope(turn.org_id)
+        self._snapshot = snapshot  # written with the first write
+        self._held: _Held | None = None
+        self.finished = False
+
+    # The loop's StepSink ---------------------------------------------------------------
+
+    async def on_reply(self, step: int, reply: ModelReply, final: str | None) -> None:
+        event: Item = ("assistant", {"content": reply.message["content"],
+                                     "stop_reason": reply.stop_reason, "step": step})
+        call = self._call_row(step, reply.stop_reason, reply.usage, reply.priced.usd,
+                              reply.priced.priced, reply.duration_ms)
+        if final is None:
+            self._held = _Held(event, call)
+            return
+        await self._write([event, self._ended(final, None)], billed=call,
+                          finish=turn_store.Finished(status_of(final), final, None))
+
+    async def flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await self._write([held.event], billed=held.call)
+
+    async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None:
+        item: Item = ("tool_results", {"step": step, "results": [r.record() for r in results]})
+        held, self._held = self._held, None
+        if held is None:
+            await self._write([item])
+        else:
+            await self._write([held.event, item], billed=held.call)
+
+    async def on_injected(self, step: int, items: Sequence[Injection]) -> list[dict[str, Any]]:
+        events = await self._write([(i.kind, {**i.data, "step": step}) for i in items])
+        return [{"kind": e.kind, "data": e.data} for e in events]
+
+    def on_delta(self, event: StreamEvent) -> None:
+        self._publisher.delta(self._turn.thread_id, self._turn.turn_id, event)
+
+    # The turn's end ----------------------------------------------------------------------
+
+    async def finish(
+        self, stop_reason: str, error: str | None,
+        interrupted: tuple[Item, turn_store.ModelCallRow] | None = None,
+    ) -> None:
+        """Close the turn when the loop did not (caps before a call, errors, stops): the held
+        reply and a cut-short call's partial reply (billed) are written with the end."""
+        held, self._held = self._held, None
+        items: list[Item] = [held.event] if held else []
+        billed = held.call if held else None
+        if interrupted is not None:
+            if billed is not None:  # two calls to bill: the held one goes first, on its own
+                await self._write(items, billed=billed)
+                items = []
+            items.append(interrupted[0])
+            billed = interrupted[1]
+        items.append(self._ended(stop_reason, error))
+        try:
+            await self._write(items, billed=billed,
+                              finish=turn_store.Finished(status_of(stop_reason), stop_reason,
+                                                         error))
+        except TurnLost:
+            self.finished = True  # closed elsewhere already: nothing more to say
+
+    def _ended(self, stop_reason: str, error: str | None) -> Item:
+        s = self._state
+        return ("turn_ended", {
+            "turn_id": str(self._turn.turn_id), "status": status_of(stop_reason),
+            "stop_reason": stop_reason, "error": error, "steps": s.steps,
+            "usage": asdict(s.usage), "cost_usd": str(s.cost),
+        })
+
+    def _call_row(self, step: int, stop_reason: str | None, usage: Any, usd: Any,
+                  priced: bool, duration_ms: int, purpose: str = "step",
+                  ) -> turn_store.ModelCallRow:
+        return turn_store.ModelCallRow(
+            step=step, provider=self._turn.provider, model=self._turn.model,
+            stop_reason=stop_reason, input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens, usage_reported=usage.reported,
+            cost_usd=usd, priced=priced, duration_ms=duration_ms,
+            request_meta=self._state.request_meta, setup_id=self._turn.setup_id,
+            purpose=purpose,
+        )
+
+    def interrupted_call(
+        self, usd: Any, priced: bool
+    ) -> tuple[Item, turn_store.ModelCallRow] | None:
+        """The call in flight when the turn was cut short, as an `interrupted` assistant
+        event and its billed row; None when nothing was streamed or reported."""
+        partial = self._state.partial
+        if partial is None:
+            return None
+        usage = partial.usage()
+        text = [b for b in partial.blocks if b["type"] == "text" and b.get("text")]
+        if not text and usage.total_tokens == 0:
+            return None
+        event: Item = ("assistant", {"content": partial.blocks, "stop_reason": None,
+                                     "step": partial.step, "interrupted": True})
+        return event, self._call_row(partial.step, None, usage, usd, priced, 0, "interrupted")
+
+    # Writing -----------------------------------------------------------------------------
+
+    async def _write(
+        self,
+        items: list[Item],
+        *,
+        billed: turn_store.ModelCallRow | None = None,
+        finish: turn_store.Finished | None = None,
+    ) -> list[Any]:
+        parts: list[turn_store.StepPart] = []
+        if billed is not None:
+            parts.append(turn_store.Billed(billed))
+        if finish is not None:
+            parts.append(finish)
+        if self._snapshot is not None:
+            parts.append(self._snapshot)
+        t = self._turn
+        result = await turn_store.write_step(self._db, self._scope, t.thread_id, t.turn_id,
+                                             items, steps=self._state.steps, parts=parts)
+        self._snapshot = None
+        if billed is not None:
+            self._metrics.model_call(
+                input=billed.input_tokens, output=billed.output_tokens,
+                cache_read=billed.cache_read_tokens, cache_write=billed.cache_write_tokens,
+                usd=billed.cost_usd,
+            )
+        if not result.live:
+            self.finished = True
+            raise TurnLost("the turn was closed elsewhere (reaped, or taken by another owner)")
+        for kind, data in items:
+            if kind == "tool_results":
+                for r in data["results"]:
+                    self._metrics.tool_call(is_error=r["is_error"])
+        if finish is not None:
+            self.finished = True
+            self._metrics.turn_ended(finish.status, finish.stop_reason)
+        await self._publisher.events(self._scope, t.thread_id, result.events)
+        return result.events

@@ -1,0 +1,67 @@
+"""The one wire format of thread events and the coordinator channels they travel on (layer:
+engine; imports store.records, providers.base).
+
+Every reader — the HTTP API, long-poll, the CLI, notices between replicas, the coming socket
+gateway — sees a persisted event as the same dict:
+
+    {"seq": int, "kind": str, "data": {...}, "turn_id": str | None, "created_at": iso8601}
+
+and a token delta (never persisted, marked so) as:
+
+    {"kind": "delta", "ephemeral": true, "turn_id": str, "type": "TextDelta" | …, ...fields}
+
+Channels, all here: `thread:<id>` carries notices of committed events (a notice is
+`{"org_id", "thread_id", "seq", "events": [event, …]}`, published only after the commit, so a
+reader may trust it), `deltas:<thread id>` carries coalesced token deltas, and `ator:abort`
+carries stop requests to whichever replica runs the turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+from uuid import UUID
+
+from ator.providers.base import StreamEvent
+from ator.store.records import Event
+
+__all__ = [
+    "ABORT_CHANNEL",
+    "delta_channel",
+    "delta_frame",
+    "event_frame",
+    "notice",
+    "thread_channel",
+]
+
+ABORT_CHANNEL = "ator:abort"
+
+
+def thread_channel(thread_id: UUID | str) -> str:
+    return f"thread:{thread_id}"
+
+
+def delta_channel(thread_id: UUID | str) -> str:
+    return f"deltas:{thread_id}"
+
+
+def event_frame(e: Event) -> dict[str, Any]:
+    return {"seq": e.seq, "kind": e.kind, "data": e.data,
+            "turn_id": str(e.turn_id) if e.turn_id else None,
+            "created_at": e.created_at.isoformat()}
+
+
+def notice(org_id: UUID, thread_id: UUID, events: Sequence[Event]) -> str:
+    """The coordinator message announcing committed events."""
+    return json.dumps({
+        "org_id": str(org_id), "thread_id": str(thread_id), "seq": events[-1].seq,
+        "events": [event_frame(e) for e in events],
+    }, default=str, separators=(",", ":"))
+
+
+def delta_frame(turn_id: UUID, event: StreamEvent) -> dict[str, Any]:
+    fields = {k: v for k, v in asdict(event).items() if k != "usage"}
+    return {"kind": "delta", "ephemeral": True, "turn_id": str(turn_id),
+            "type": type(event).__name__, **fields}

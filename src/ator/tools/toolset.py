@@ -1,0 +1,92 @@
+"""Toolsets: where a turn's tools come from, asked again before every model call (layer:
+tools; imports tools.base, tools.registry).
+
+A `Toolset` yields the tools for a turn (native tools, an org's MCP servers, subagent tools,
+workflows…). `TurnTools` asks every toolset before each model call, applies the setup's tool
+policy and keeps the registry the step runs with, so a toolset may change what it offers
+between steps (`tool_search` activating more tools, an MCP server coming back) and the next
+model call sees it. A toolset that fails ends the turn with its error: a missing tool is
+worse than a clear stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+from ator.providers.base import ToolSpec
+from ator.tools.base import Tool
+from ator.tools.registry import ToolRegistry
+
+__all__ = ["StaticToolset", "ToolScope", "Toolset", "TurnTools"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolScope:
+    """Where a turn runs, as a toolset sees it. `step` is the model call about to be made
+    (1 for the turn's first)."""
+
+    org_id: UUID
+    thread_id: UUID
+    turn_id: UUID
+    setup_id: UUID
+    root_id: UUID | None
+    step: int
+
+
+@runtime_checkable
+class Toolset(Protocol):
+    name: str
+
+    async def tools(self, scope: ToolScope) -> Sequence[Tool]:
+        """The tools offered for the next model call of this turn."""
+        ...
+
+
+class StaticToolset:
+    """The same tools for every turn (the process's native tools)."""
+
+    def __init__(self, tools: Iterable[Tool], name: str = "native") -> None:
+        self.name = name
+        self._tools = tuple(tools)
+
+    async def tools(self, scope: ToolScope) -> Sequence[Tool]:
+        return self._tools
+
+
+class TurnTools:
+    """The tools of one turn, refreshed from its toolsets before every model call."""
+
+    def __init__(
+        self,
+        toolsets: Sequence[Toolset],
+        *,
+        allow: Sequence[str] | None,
+        deny: Sequence[str],
+        description_limit: int,
+    ) -> None:
+        self._toolsets = tuple(toolsets)
+        self._allow = None if allow is None else frozenset(allow)
+        self._deny = frozenset(deny)
+        self._description_limit = description_limit
+        self._offered: tuple[int, ...] = ()
+        self.registry = ToolRegistry()
+        self.specs: list[ToolSpec] = []
+
+    async def refresh(self, scope: ToolScope) -> ToolRegistry:
+        """Ask every toolset; rebuild the registry only when what they offer changed.
+        Raises ConfigError when two tools share a name with different schemas."""
+        offered = [tool for ts in self._toolsets for tool in await ts.tools(scope)]
+        identity = tuple(id(t) for t in offered)
+        if identity != self._offered:
+            registry = ToolRegistry()
+            for tool in offered:
+                if (self._allow is None or tool.name in self._allow) \
+                        and tool.name not in self._deny:
+                    registry.add(tool)
+            self.registry = registry
+            self.specs = registry.specs(description_limit=self._description_limit)
+            self._offered = identity
+        return self.registry
