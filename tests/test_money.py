@@ -43,11 +43,11 @@ async def test_a_call_with_cache_writes_costs_the_price_table_arithmetic(make_at
         assert expected == Decimal("0.006") + Decimal("0.0075") + Decimal("0.003") + Decimal(
             "0.1125")
         assert result.cost_usd == expected
-        async with ator.db.connect() as conn:
-            row = (await conn.execute(sa.select(model_calls).where(
-                model_calls.c.turn_id == result.turn_id))).one()
-            month = (await conn.execute(sa.select(org_usage.c.cost_usd).where(
-                org_usage.c.org_id == scope.org_id))).scalar_one()
+        [row] = await ator.db.read(sa.select(model_calls).where(
+            model_calls.c.turn_id == result.turn_id))
+        [usage_row] = await ator.db.read(sa.select(org_usage.c.cost_usd).where(
+            org_usage.c.org_id == scope.org_id))
+        month = usage_row.cost_usd
         assert row.cache_write_tokens == 30_000 and row.cache_read_tokens == 10_000
         assert row.cost_usd == expected and row.priced
         assert month == expected
@@ -60,7 +60,6 @@ async def test_a_provider_that_reports_no_usage_records_zero_and_says_so(make_at
     async with make_ator(providers={"s": ScriptedProvider([step])}) as ator:
         scope, thread = await new_thread(ator, "s", model="gpt-4o")
         result = await ator.ask(scope, thread.id, "hi", timeout=30)
-        async with ator.db.connect() as conn:
-            row = (await conn.execute(sa.select(model_calls).where(
-                model_calls.c.turn_id == result.turn_id))).one()
+        [row] = await ator.db.read(sa.select(model_calls).where(
+            model_calls.c.turn_id == result.turn_id))
         assert (row.usage_reported, row.input_tokens, row.cost_usd) == (False, 0, 0)

@@ -61,9 +61,9 @@ async def test_a_referenced_secret_is_used_but_never_stored_or_snapshotted(make_
         headers = wire.requests[0].headers
         # The SDK sends the key as x-api-key or (2.x) as a bearer token.
         assert value in (headers.get("x-api-key"), headers.get("authorization", "")[7:])
-        async with ator.db.connect() as conn:
-            stored = (await conn.execute(sa.select(secrets))).all()
-            snapshot = (await conn.execute(sa.select(turns.c.config_snapshot))).scalars().all()
-            config = (await conn.execute(sa.select(setups.c.config))).scalars().all()
+        stored = await ator.db.read(sa.select(secrets))
+        snapshot = [r.config_snapshot for r in await ator.db.read(
+            sa.select(turns.c.config_snapshot))]
+        config = [r.config for r in await ator.db.read(sa.select(setups.c.config))]
         assert all(value.encode() not in bytes(row.ciphertext) for row in stored)
         assert value not in json.dumps(snapshot) and value not in json.dumps(config)

@@ -1,23 +1,25 @@
 """Connecting to PostgreSQL and keeping its schema current (layer: store).
 
-May import: sqlalchemy, asyncpg, alembic, ator.settings, ator.errors, ator.store.embedded.
+May import: sqlalchemy (as a query builder and for migrations), asyncpg, alembic,
+ator.settings, ator.errors, ator.store.embedded.
 
-`open_database(settings)` gives a `Database`: an async SQLAlchemy engine on asyncpg with the
-migrations applied (under an advisory lock, so replicas starting together migrate once), and
-a `StatementStats` counter so tests and benchmarks can measure how many statements and
-commits a piece of work costs.
+`open_database(settings)` gives a `Database`: one asyncpg pool, the process's only way to the
+database, with the migrations applied first (under an advisory lock, so replicas starting
+together migrate once, on a short-lived engine that is disposed right after), and a
+`StatementStats` counter so tests and benchmarks can measure how many statements and commits
+a piece of work costs.
 
-The few statements a turn is made of go through `fetch`: a plain asyncpg pool running
-pre-compiled text statements, one round trip each in autocommit. SQLAlchemy's per-execute
-machinery (compile cache lookup, greenlet hop, events, connection characteristics) cost
-about as much CPU as the database work on that path. Everything else uses the engine.
+Repositories build statements with SQLAlchemy Core or as text; `Database` compiles them for
+asyncpg and runs them on the pool. The hot statements are module constants, compiled once per
+process; SQLAlchemy's own engine (compile cache lookup, greenlet hop, events) cost about as
+much CPU as the database work on the turn's path, and a second pool doubled the connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,19 +29,21 @@ import asyncpg
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event
-from sqlalchemy.engine import URL, Row, make_url
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.base import Executable
 
 from ator.errors import ConfigError, ValidationFailed
 from ator.settings import Settings
 
-__all__ = ["Database", "StatementStats", "first", "open_database", "to_async_url"]
+__all__ = ["Database", "Result", "Row", "StatementStats", "first", "open_database",
+           "to_async_url"]
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK = 0x61746F72  # "ator": pg_advisory_lock key serializing migrations
+_DIALECT = asyncpg_dialect()  # type: ignore[no-untyped-call]
 
 
 @dataclass
@@ -54,42 +58,102 @@ class StatementStats:
         return self.statements, self.commits
 
 
-class Database:
-    """An engine plus the stats counter. Repositories take one of these."""
+class Row:
+    """A result row, read by attribute (`row.seq`) or key (`row["seq"]`)."""
 
-    def __init__(
-        self, engine: AsyncEngine, *, url: str, embedded: bool,
-        pool: asyncpg.Pool | None = None,
-    ) -> None:
-        self.engine = engine
+    __slots__ = ("_record",)
+
+    def __init__(self, record: asyncpg.Record) -> None:
+        self._record = record
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._record[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, key: str | int) -> Any:
+        return self._record[key]
+
+    def keys(self) -> list[str]:
+        return list(self._record.keys())
+
+
+class Result:
+    """The rows of one statement run inside a transaction."""
+
+    def __init__(self, rows: Sequence[Row]) -> None:
+        self._rows = list(rows)
+
+    def all(self) -> list[Row]:
+        return self._rows
+
+    def one(self) -> Row:
+        if len(self._rows) != 1:
+            raise LookupError(f"expected one row, got {len(self._rows)}")
+        return self._rows[0]
+
+    def first(self) -> Row | None:
+        return self._rows[0] if self._rows else None
+
+    def scalar(self) -> Any:
+        return self._rows[0][0] if self._rows else None
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self._rows)
+
+
+class Connection:
+    """A pool connection inside a transaction (`Database.begin`)."""
+
+    def __init__(self, db: Database, conn: asyncpg.Connection) -> None:
+        self._db = db
+        self._conn = conn
+
+    async def execute(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> Result:
+        sql, args = self._db.compile(stmt, params)
+        self._db.stats.statements += 1
+        try:
+            records = await self._conn.fetch(sql, *args)
+        except asyncpg.DataError as exc:
+            raise _rejected(exc) from exc
+        return Result([Row(r) for r in records])
+
+
+class Database:
+    """The pool plus the stats counter. Repositories take one of these."""
+
+    def __init__(self, pool: asyncpg.Pool, *, url: str, embedded: bool) -> None:
         self.pool = pool
-        self._sql: dict[int, tuple[str, tuple[str, ...]]] = {}
         self.url = url
         self.embedded = embedded
         self.stats = StatementStats()
-        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-        sync = engine.sync_engine
-        event.listen(sync, "before_cursor_execute", self._on_statement)
-        event.listen(sync, "commit", self._on_commit)
-
-    def _on_statement(self, *_: Any) -> None:
-        self.stats.statements += 1
-
-    def _on_commit(self, *_: Any) -> None:
-        self.stats.commits += 1
+        self._sql: dict[int, tuple[str, tuple[str, ...]]] = {}
 
     def _compiled(self, stmt: sa.TextClause) -> tuple[str, tuple[str, ...]]:
         key = id(stmt)  # hot statements are module constants, compiled once per process
         if key not in self._sql:
-            compiled = stmt.compile(dialect=self.engine.dialect)
+            compiled = stmt.compile(dialect=_DIALECT)
             self._sql[key] = (compiled.string, tuple(compiled.positiontup or ()))
         return self._sql[key]
+
+    def compile(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> tuple[str, list[Any]]:
+        """asyncpg SQL and positional arguments for a Core or text statement."""
+        if isinstance(stmt, sa.TextClause):
+            sql, names = self._compiled(stmt)
+            given = params or {}
+            return sql, [given[n] for n in names]
+        compiled = stmt.compile(dialect=_DIALECT,  # type: ignore[attr-defined]
+                                compile_kwargs={"render_postcompile": True})
+        values = compiled.construct_params(dict(params) if params else None)
+        return compiled.string, [values[n] for n in (compiled.positiontup or ())]
 
     async def fetch(
         self, stmt: sa.TextClause, params: Mapping[str, Any], *, write: bool
     ) -> list[asyncpg.Record]:
-        """Run one text statement on the asyncpg pool (autocommit). Records are read by key."""
-        assert self.pool is not None, "the database was opened without its asyncpg pool"
+        """Run one text statement on the pool (autocommit). Records are read by key."""
         sql, names = self._compiled(stmt)
         self.stats.statements += 1
         try:
@@ -102,59 +166,51 @@ class Database:
 
     async def write(
         self, stmt: Executable, params: Mapping[str, Any] | None = None
-    ) -> list[Row[Any]]:
+    ) -> list[Row]:
         """Run one statement as its own transaction (autocommit: a single statement is atomic
         in PostgreSQL, and this saves the BEGIN and COMMIT round trips). Returns its rows."""
-        try:
-            async with self._autocommit.connect() as conn:
-                result = await conn.execute(stmt, params)
-                rows = list(result.all()) if result.returns_rows else []
-        except DBAPIError as exc:
-            raise _data_error(exc) from exc
+        rows = await self._run(stmt, params)
         self.stats.commits += 1
         return rows
 
     async def read(
         self, stmt: Executable, params: Mapping[str, Any] | None = None
-    ) -> list[Row[Any]]:
+    ) -> list[Row]:
         """Run one read-only statement outside an explicit transaction."""
+        return await self._run(stmt, params)
+
+    async def _run(self, stmt: Executable, params: Mapping[str, Any] | None) -> list[Row]:
+        sql, args = self.compile(stmt, params)
+        self.stats.statements += 1
         try:
-            async with self._autocommit.connect() as conn:
-                return list((await conn.execute(stmt, params)).all())
-        except DBAPIError as exc:
-            raise _data_error(exc) from exc
+            records = await self.pool.fetch(sql, *args)
+        except asyncpg.DataError as exc:
+            raise _rejected(exc) from exc
+        return [Row(r) for r in records]
 
     @asynccontextmanager
     async def advisory_lock(self, key: int) -> AsyncIterator[None]:
         """Hold a session advisory lock (one holder across all processes) for the block."""
-        async with self._autocommit.connect() as conn:
-            await conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        async with self.pool.acquire() as conn:
+            await conn.execute("SELECT pg_advisory_lock($1)", key)
             try:
                 yield
             finally:
-                await conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                await conn.execute("SELECT pg_advisory_unlock($1)", key)
 
     @asynccontextmanager
-    async def begin(self) -> AsyncIterator[AsyncConnection]:
+    async def begin(self) -> AsyncIterator[Connection]:
         """A connection in a transaction that commits on success and rolls back on error."""
-        async with self.engine.begin() as conn:
-            yield conn
-
-    @asynccontextmanager
-    async def connect(self) -> AsyncIterator[AsyncConnection]:
-        """A connection for reads; nothing it does is committed."""
-        async with self.engine.connect() as conn:
-            yield conn
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield Connection(self, conn)
+        self.stats.commits += 1
 
     async def ping(self) -> bool:
-        async with self.engine.connect() as conn:
-            await conn.execute(sa.text("SELECT 1"))
+        await self.pool.fetchval("SELECT 1")
         return True
 
     async def close(self) -> None:
-        if self.pool is not None:
-            await self.pool.close()
-        await self.engine.dispose()
+        await self.pool.close()
 
 
 def _encode_json(value: Any) -> str:
@@ -176,19 +232,12 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 def _rejected(exc: Exception) -> ValidationFailed:
+    """A value PostgreSQL cannot store (a NUL in text, NaN in JSON, an out-of-range number)
+    is the caller's bad input, not a server fault."""
     return ValidationFailed(f"the database rejected a value: {exc}", code="invalid_value")
 
 
-def _data_error(exc: DBAPIError) -> Exception:
-    """A value PostgreSQL cannot store (a NUL in text, NaN in JSON, an out-of-range number)
-    is the caller's bad input, not a server fault; anything else stays as it was."""
-    cause = getattr(exc.orig, "__cause__", None) or exc.orig
-    if isinstance(cause, asyncpg.DataError):
-        return _rejected(cause)
-    return exc
-
-
-def first(rows: list[Row[Any]]) -> Row[Any] | None:
+def first(rows: list[Row]) -> Row | None:
     return rows[0] if rows else None
 
 
@@ -214,16 +263,22 @@ def _upgrade(sync_conn: sa.Connection) -> None:
     command.upgrade(cfg, "head")
 
 
-async def migrate(engine: AsyncEngine) -> None:
-    """Apply migrations to head; concurrent callers wait on one advisory lock."""
-    async with engine.connect() as conn:
-        await conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK})
-        try:
-            await conn.run_sync(_upgrade)
-            await conn.commit()
-        finally:
-            await conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _MIGRATION_LOCK})
-            await conn.commit()
+async def migrate(url: URL) -> None:
+    """Apply migrations to head on a short-lived engine; concurrent callers wait on one
+    advisory lock."""
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK})
+            try:
+                await conn.run_sync(_upgrade)
+                await conn.commit()
+            finally:
+                await conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"),
+                                   {"k": _MIGRATION_LOCK})
+                await conn.commit()
+    finally:
+        await engine.dispose()
 
 
 async def open_database(settings: Settings, *, run_migrations: bool = True) -> Database:
@@ -237,14 +292,8 @@ async def open_database(settings: Settings, *, run_migrations: bool = True) -> D
         assert settings.database_url is not None
         raw = settings.database_url
     url = to_async_url(raw)
-    engine = create_async_engine(
-        url,
-        # The engine serves the cold paths; the turn's statements use the asyncpg pool.
-        pool_size=max(2, settings.db_pool_size // 4),
-        max_overflow=settings.db_pool_size,
-        pool_pre_ping=False,
-        connect_args={"server_settings": {"application_name": "ator"}},
-    )
+    if run_migrations:
+        await migrate(url)
     pool = await asyncpg.create_pool(
         url.set(drivername="postgresql").render_as_string(hide_password=False),
         min_size=1,
@@ -253,8 +302,4 @@ async def open_database(settings: Settings, *, run_migrations: bool = True) -> D
         reset=_keep_session,
         server_settings={"application_name": "ator"},
     )
-    db = Database(engine, url=url.render_as_string(hide_password=True), embedded=embedded,
-                  pool=pool)
-    if run_migrations:
-        await migrate(engine)
-    return db
+    return Database(pool, url=url.render_as_string(hide_password=True), embedded=embedded)
