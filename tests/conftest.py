@@ -89,10 +89,11 @@ async def make_ator(settings_factory: Callable[..., Settings]) -> AsyncIterator[
     @asynccontextmanager
     async def factory(
         providers: dict[str, Provider] | None = None, tools: Any = None, toolsets: Any = (),
-        hooks: Any = (), services: Any = None, **overrides: Any
+        hooks: Any = (), services: Any = None, engine: bool = True, **overrides: Any
     ) -> AsyncIterator[Ator]:
         ator = await Ator.open(settings_factory(**overrides), providers=providers, tools=tools,
-                               toolsets=toolsets, hooks=hooks, services=services)
+                               toolsets=toolsets, hooks=hooks, services=services,
+                               engine=engine)
         opened.append(ator)
         try:
             yield ator

@@ -57,12 +57,22 @@ class Actor:
         self._running: dict[UUID, TurnHandle] = {}
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
+        self._deaf = asyncio.Event()  # set while the listener is down
+        self._deaf.set()
         self._closing = False
 
     @property
     def listening(self) -> bool:
         """Whether stop requests from other replicas reach this one right now."""
         return self._listening.is_set()
+
+    async def wait_listening(self, listening: bool = True) -> None:
+        """Wait until the stop listener is up (or, with False, down)."""
+        await (self._listening if listening else self._deaf).wait()
+
+    def _set_listening(self, listening: bool) -> None:
+        (self._listening if listening else self._deaf).set()
+        (self._deaf if listening else self._listening).clear()
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen_aborts(), name="ator-abort-listener")
@@ -114,18 +124,18 @@ class Actor:
         while True:
             try:
                 async with self.coord.subscribe(ABORT_CHANNEL) as sub:
-                    self._listening.set()
+                    self._set_listening(True)
                     backoff = 0.1
                     async for _channel, message in sub:
                         self._on_abort(message)
                 # The subscription ended without an error (the backend closed it): resubscribe.
             except asyncio.CancelledError:
-                self._listening.clear()
+                self._set_listening(False)
                 raise
             except Exception:
                 log.warning("abort listener lost its subscription; resubscribing",
                             exc_info=True)
-            self._listening.clear()
+            self._set_listening(False)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
 
