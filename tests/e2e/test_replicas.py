@@ -138,10 +138,12 @@ async def test_a_sigkilled_replicas_turn_is_reaped_and_the_thread_goes_on(pair: 
     assert [e["kind"] for e in events] == ["turn_started", "message", "assistant", "turn_ended"]
     assert events[-1]["data"]["stop_reason"] == "end_turn"
     assert events[1]["data"]["mailbox_id"] == second["id"]
-    # The unanswered first message and the new one are one user message in the model's
-    # context; the echo step repeats all of it.
-    reply = events[2]["data"]["content"][0]["text"]
-    assert reply == "You said: remember the number 7431\nwhich number?"
+    # The unanswered first message, ator's note that the turn taking it was interrupted,
+    # and the new one are one user message in the model's context; the echo repeats it all.
+    reply = events[2]["data"]["content"][0]["text"].split("\n")
+    assert reply[0] == "You said: remember the number 7431"
+    assert reply[1].startswith("[ator] Your previous turn was interrupted")
+    assert reply[2] == "which number?"
     history = await pair.on_a.events(thread["id"])
     assert [e["data"]["mailbox_id"] for e in history if e["kind"] == "message"] == [
         first["id"], second["id"]]

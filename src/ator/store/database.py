@@ -128,10 +128,12 @@ class Database:
         self.url = url
         self.embedded = embedded
         self.stats = StatementStats()
-        self._sql: dict[int, tuple[str, tuple[str, ...]]] = {}
+        self._sql: dict[str, tuple[str, tuple[str, ...]]] = {}
 
     def _compiled(self, stmt: sa.TextClause) -> tuple[str, tuple[str, ...]]:
-        key = id(stmt)  # hot statements are module constants, compiled once per process
+        # Keyed by the text (never by id(): a statement built per call may reuse the id of a
+        # collected one). Hot statements are module constants whose str caches its hash.
+        key = stmt.text
         if key not in self._sql:
             compiled = stmt.compile(dialect=_DIALECT)
             self._sql[key] = (compiled.string, tuple(compiled.positiontup or ()))
