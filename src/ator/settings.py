@@ -107,9 +107,10 @@ class Settings(BaseSettings):
     log_json: bool | None = None
     log_level: str = "INFO"
 
-    @field_validator("prices", mode="before")
+    @field_validator("prices", "cap_ceilings", mode="before")
     @classmethod
-    def _prices_from_text(cls, value: Any) -> Any:
+    def _json_text(cls, value: Any) -> Any:
+        """JSON text given in code (the environment's is decoded by pydantic-settings)."""
         return json.loads(value) if isinstance(value, str) else value
 
     @model_validator(mode="before")
