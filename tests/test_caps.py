@@ -58,6 +58,11 @@ def test_the_operator_sets_ceilings_and_defaults_above_them_come_down() -> None:
     caps = Caps.from_config({"max_steps": 10}, ceilings)
     assert caps.max_steps == 10 and caps.turn_timeout == 60  # default 600 lowered to 60
     assert Caps.from_config(None, ceilings).max_steps == 10
+    # At turn start, a setup written under higher ceilings is lowered, not broken.
+    clamped = Caps.from_config({"max_steps": 50, "tool_timeout": 5}, ceilings, clamp=True)
+    assert (clamped.max_steps, clamped.tool_timeout, clamped.turn_timeout) == (10, 5, 60)
+    with pytest.raises(ConfigError):
+        Caps.from_config({"max_steps": float("nan")}, ceilings, clamp=True)
     with pytest.raises(ValueError):
         Settings(cap_ceilings='{"max_stepz": 10}')
     with pytest.raises(ValueError):

@@ -174,3 +174,22 @@ async def test_a_provider_that_reports_no_usage_records_zero_and_says_so(make_at
             row = (await conn.execute(sa.select(model_calls).where(
                 model_calls.c.turn_id == result.turn_id))).one()
         assert (row.usage_reported, row.input_tokens, row.cost_usd) == (False, 0, 0)
+
+
+async def test_a_turn_on_a_model_the_old_table_borrowed_for_is_billed_its_own_price(
+    make_ator,
+) -> None:
+    usage = Usage(input_tokens=10_000, output_tokens=1_000)
+    provider = ScriptedProvider([ScriptStep(text="a", usage=usage),
+                                 ScriptStep(text="b", usage=usage)])
+    async with make_ator(providers={"s": provider}) as ator:
+        scope, thread = await new_thread(ator, "s", model="claude-opus-4-6")
+        result = await ator.ask(scope, thread.id, "hi", timeout=30)
+        # $5 in, $25 out per MTok; claude-opus-4's $15/$75 would be 0.225.
+        assert result.cost_usd == Decimal("0.075")
+        scope, thread = await new_thread(ator, "s", model="claude-opus-4-60")
+        unknown = await ator.ask(scope, thread.id, "hi", timeout=30)
+        async with ator.db.connect() as conn:
+            row = (await conn.execute(sa.select(model_calls).where(
+                model_calls.c.turn_id == unknown.turn_id))).one()
+        assert (row.cost_usd, row.priced, row.input_tokens) == (0, False, 10_000)

@@ -40,11 +40,17 @@ class Caps:
     persist_calls_after: float = 0.05
 
     @classmethod
-    def from_config(cls, raw: Any, ceilings: CapCeilings | None = None) -> Caps:
+    def from_config(
+        cls, raw: Any, ceilings: CapCeilings | None = None, *, clamp: bool = False
+    ) -> Caps:
         """Build from a setup's `caps` dict, checked against the operator's ceilings
         (default: `CapCeilings()`). Raises ConfigError (status 422) for an unknown cap, a
         value that is not a finite number, below its minimum, or above its ceiling (code
-        `cap_above_ceiling`, naming the cap and the ceiling)."""
+        `cap_above_ceiling`, naming the cap and the ceiling).
+
+        `clamp=True` lowers a value above its ceiling to the ceiling instead: for turn start,
+        where a setup written under higher ceilings must keep working after the operator
+        lowers them (writes are checked with the default, refusing)."""
         ceilings = ceilings or _DEFAULT_CEILINGS
         if raw is None:
             raw = {}
@@ -63,7 +69,9 @@ class Caps:
             if value < 0 or (key == "max_steps" and value < 1):
                 raise _invalid(f"cap {key!r} is out of range", "invalid_cap")
             ceiling = getattr(ceilings, key)
-            if value > ceiling:
+            if value > ceiling and clamp:
+                value = ceiling
+            elif value > ceiling:
                 raise _invalid(f"cap {key!r} is {value:g}, above the operator's ceiling of "
                                f"{ceiling:g}", "cap_above_ceiling")
             kind = int if known[key].type in ("int", int) else float
