@@ -58,7 +58,16 @@ def test_no_model_borrows_another_models_price_by_prefix() -> None:
         assert table.cost(model, Usage(1000, 1000)).priced is False
     # A dated snapshot or a platform suffix of a known model is that model.
     assert table.lookup("claude-opus-4-6-20260101") == opus_4_6
+    assert table.lookup("claude-opus-4-6@20260101") == opus_4_6
     assert table.lookup("gpt-5-nano-2025-08-07") == nano
+    sonnet_4 = table.lookup("claude-sonnet-4")
+    assert sonnet_4 is not None and table.lookup("claude-sonnet-4-20250514") == sonnet_4
+    assert table.lookup("claude-3-5-haiku-20241022") == table.lookup("claude-3-5-haiku")
+    assert table.lookup("gemini-2.5-flash-lite-preview-06-17") is not None
+    # Where the catalog's own prefix rule would lend a price across versions, it does not:
+    # `claude-2.1` is not `claude-2`, `deepseek-r1t-chimera` is not `deepseek-r1`.
+    for model in ("claude-2.1", "deepseek-r1t-chimera:free"):
+        assert table.lookup(model) is None, model
 
 
 def test_overrides_by_exact_id_win_and_never_spread_to_other_ids() -> None:
@@ -136,9 +145,9 @@ async def test_pricing_never_blocks_the_event_loop() -> None:
 def test_the_lookup_cache_is_bounded() -> None:
     table = PriceTable()
     for i in range(5000):
-        table.lookup(f"claude-sonnet-4-5-{i}")
+        table.lookup(f"claude-sonnet-4-5-{20250000 + i}")
     assert len(table._cache) <= 4096
-    assert table.lookup("claude-sonnet-4-5-1") == table.lookup("claude-sonnet-4-5")
+    assert table.lookup("claude-sonnet-4-5-20250001") == table.lookup("claude-sonnet-4-5")
 
 
 async def test_a_call_with_cache_writes_costs_the_price_table_arithmetic(make_ator) -> None:

@@ -8,14 +8,16 @@ is imported (about 0.2 s, once per process, never on a running event loop); ator
 calls its auto-updater, which would fetch over the network.
 
 Lookups walk the library's match rules with one rule tightened: a `starts_with` rule
-matches only at a name boundary, so `claude-opus-4-6` matches `claude-opus-4-6-20260101` and
-`claude-opus-4-6@vertex` but not `claude-opus-4-60`, which is another (unknown) model. They
+matches only at a name boundary and not where the rest reads as a version of its own, so
+`claude-opus-4-6` matches `claude-opus-4-6-20260101` and `claude-opus-4-6@vertex` but not
+`claude-opus-4-60`, and a rule for `claude-3` would not match `claude-3-5-haiku`. They
 do not use the library's snapshot helpers, whose per-model-string caches grow without bound
 on names a tenant can choose; the caller (`PriceTable`) keeps a bounded cache instead.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -46,7 +48,16 @@ _FIELDS = (
 )
 
 
-_BOUNDARY = "-@:._/"
+_BOUNDARY = "-@:_/"
+# A continuation that reads as a version of its own (`-6`, `.1`, `-60`, `-5-haiku`), not a
+# snapshot date (`-20250929`, `-2025-09-29`, `-06-17`) or a platform's revision (`-002`,
+# `@001`, `-v1:0`).
+_VERSION = re.compile(r"[-.]\d{1,2}(?!\d)(?!-\d{2}(?!\d))")
+# A rule's prefix that ends in a year (`claude-sonnet-4-2025`) is completed by the date.
+_YEAR_END = re.compile(r"(?:^|[-@:_/.])\d{4}$")
+# Compact dates as LiteLLM and OpenRouter write them (`-20251211`), tried as `-2025-12-11`
+# when a name does not match as it is (the library's own fallback).
+_COMPACT_DATE = re.compile(r"-(20\d{2})(0[1-9]|1[0-2])(0[1-9]|[12]\d|3[01])(?=-|:|$)")
 
 
 def _matches(rule: MatchLogic, ref: str) -> bool:
@@ -59,7 +70,12 @@ def _matches(rule: MatchLogic, ref: str) -> bool:
         if not ref.startswith(prefix):
             return False
         rest = ref[len(prefix):]
-        return not rest or prefix[-1] in _BOUNDARY or rest[0] in _BOUNDARY
+        if not rest:
+            return True
+        if rest[0].isdigit() and _YEAR_END.search(prefix):
+            return True
+        tail = rest if rest[0] in _BOUNDARY else prefix[-1] + rest
+        return tail[0] in _BOUNDARY and not _VERSION.match(tail)
     return rule.is_match(ref)
 
 
@@ -68,9 +84,17 @@ def _in(provider: Provider, ref: str) -> ModelInfo | None:
 
 
 def _find(model: str) -> ModelInfo | None:
+    found = _find_ref(model.lower())
+    if found is None:
+        dashed = _COMPACT_DATE.sub(r"-\1-\2-\3", model.lower())
+        if dashed != model.lower():
+            found = _find_ref(dashed)
+    return found
+
+
+def _find_ref(ref: str) -> ModelInfo | None:
     """The library's lookup (provider by its model rule, then its models, then its declared
     fallback providers, one step), with the tightened `starts_with`."""
-    ref = model.lower()
     provider = next((p for p in _PROVIDERS
                      if p.model_match is not None and p.model_match.is_match(ref)), None)
     if provider is None:
