@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import uuid
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -130,6 +131,32 @@ async def test_admin_creates_an_org_and_a_key_that_authenticates(cli_env, settin
     missing = await ator(cli_env, "admin", "create-key", "--org", str(uuid.uuid4()), "--email",
                          "dev@acme.test", "--role", "admin")
     assert missing.returncode == 1 and "org not found" in missing.stderr
+
+
+async def test_admin_sets_the_operators_ceiling_that_bounds_the_orgs_budget(
+    cli_env, settings_factory
+):
+    name = f"capped-{uuid.uuid4().hex[:6]}"
+    refused = await ator(cli_env, "admin", "create-org", name, "--ceiling", "5",
+                         "--budget", "20")
+    assert refused.returncode == 1 and "above the org's ceiling" in refused.stderr
+    org_id = uuid.UUID(ok(await ator(cli_env, "admin", "create-org", name, "--ceiling", "5",
+                                     "--budget", "2")).strip())
+    bad = await ator(cli_env, "admin", "create-org", "x", "--ceiling", "NaN")
+    assert bad.returncode == 1 and "--ceiling must be a non-negative number" in bad.stderr
+    lowered = ok(await ator(cli_env, "admin", "set-ceiling", str(org_id), "1.5"))
+    assert lowered == ""  # the summary goes to stderr
+    db = await open_database(settings_factory(), run_migrations=False)
+    try:
+        org = await org_store.get_org(db, Scope(org_id))
+        assert (org.budget_ceiling_usd, org.monthly_budget_usd) == (Decimal("1.5"), Decimal(2))
+        assert org.budget_limit_usd == Decimal("1.5")
+        ok(await ator(cli_env, "admin", "set-ceiling", str(org_id), "none"))
+        org = await org_store.get_org(db, Scope(org_id))
+        assert org.budget_ceiling_usd is None and org.budget_limit_usd == Decimal(2)
+    finally:
+        await db.close()
+    assert "ceiling" in ok(await ator(cli_env, "admin", "list-orgs"))
 
 
 async def test_admin_bootstrap_creates_the_operator_key_once(cli_env, settings_factory):

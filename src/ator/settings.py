@@ -2,21 +2,60 @@
 
 Built once at the edge (CLI, app lifespan, tests) from `ATOR_*` environment variables and
 passed down through constructors. Nothing below the edge reads `os.environ`.
+
+Structured settings are typed objects parsed from JSON in their variable, e.g.
+`ATOR_CAP_CEILINGS='{"max_steps": 100}'` or `ATOR_PRICES='{"my-model": {"input": "1",
+"output": "2"}}'`; `ATOR_PRICES_FILE` names a JSON file of the same shape, read here, once.
 """
 
 from __future__ import annotations
 
+import json
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import platformdirs
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["CapCeilings", "PriceSetting", "Settings"]
 
 
 def _default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("ator", appauthor=False))
+
+
+class CapCeilings(BaseModel):
+    """The operator's upper bound for every per-turn cap a setup may set (agent/caps.py).
+
+    A setup asking for more than its ceiling is refused when it is written, with the cap's
+    name and ceiling. One field per cap, so a cap without a ceiling is a test failure."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_steps: int = Field(200, ge=1)
+    max_turn_tokens: int = Field(10_000_000, ge=1)
+    turn_timeout: float = Field(3600.0, gt=0, allow_inf_nan=False)
+    stall_timeout: float = Field(600.0, gt=0, allow_inf_nan=False)
+    tool_timeout: float = Field(1800.0, gt=0, allow_inf_nan=False)
+    tool_result_chars: int = Field(1_000_000, ge=1)
+    tool_description_chars: int = Field(100_000, ge=1)
+    max_output_tokens: int = Field(128_000, ge=1)
+    provider_retries: int = Field(10, ge=0)
+    persist_calls_after: float = Field(60.0, gt=0, allow_inf_nan=False)
+
+
+class PriceSetting(BaseModel):
+    """An operator's price for one model id (exact match), USD per million tokens. Cache
+    prices left out cost the input price: an override never grants an unknown discount."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: Decimal = Field(ge=0, allow_inf_nan=False)
+    output: Decimal = Field(ge=0, allow_inf_nan=False)
+    cache_read: Decimal | None = Field(default=None, ge=0, allow_inf_nan=False)
+    cache_write: Decimal | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 class Settings(BaseSettings):
@@ -47,8 +86,13 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
 
-    # Money.
+    # Money. Prices come from the genai-prices library; these override or add models by
+    # exact id (ATOR_PRICES wins over ATOR_PRICES_FILE).
     budget_fail_closed: bool = True
+    prices: dict[str, PriceSetting] = Field(default_factory=dict)
+    prices_file: Path | None = None
+    # Upper bounds on every cap a setup may set.
+    cap_ceilings: CapCeilings = Field(default_factory=CapCeilings)
 
     # HTTP API.
     host: str = "127.0.0.1"
@@ -62,3 +106,27 @@ class Settings(BaseSettings):
     # Logs: JSON when not on a terminal, unless forced.
     log_json: bool | None = None
     log_level: str = "INFO"
+
+    @field_validator("prices", "cap_ceilings", mode="before")
+    @classmethod
+    def _json_text(cls, value: Any) -> Any:
+        """JSON text given in code (the environment's is decoded by pydantic-settings)."""
+        return json.loads(value) if isinstance(value, str) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_prices_file(cls, data: Any) -> Any:
+        """Read ATOR_PRICES_FILE once, here at the edge; entries in ATOR_PRICES win."""
+        if not isinstance(data, dict) or not data.get("prices_file"):
+            return data
+        path = Path(data["prices_file"])
+        try:
+            loaded = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"ATOR_PRICES_FILE {str(path)!r} is not readable JSON: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ValueError(f"ATOR_PRICES_FILE {str(path)!r} must hold a JSON object")
+        inline = data.get("prices") or {}
+        if isinstance(inline, str):
+            inline = json.loads(inline)
+        return {**data, "prices": {**loaded, **inline}}

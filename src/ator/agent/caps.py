@@ -1,17 +1,28 @@
-"""The caps every turn runs under (layer: agent; imports errors).
+"""The caps every turn runs under (layer: agent; imports errors, settings).
 
 Defaults are what a careful operator would pick; a setup overrides any of them in
-`config.caps`. Every cap ends a turn gracefully with a typed stop reason.
+`config.caps`, up to the operator's ceiling for that cap (`Settings.cap_ceilings`). Every
+cap ends a turn gracefully with a typed stop reason.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ator.errors import ConfigError
+from ator.settings import CapCeilings
 
-__all__ = ["Caps"]
+__all__ = ["CapCeilings", "Caps"]
+
+_DEFAULT_CEILINGS = CapCeilings()
+
+
+def _invalid(message: str, code: str) -> ConfigError:
+    # A ConfigError (what a setup's bad config is) answered as 422: the body was understood
+    # and refused, and the problem says which cap and why.
+    return ConfigError(message, code=code, status=422)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,21 +40,44 @@ class Caps:
     persist_calls_after: float = 0.05
 
     @classmethod
-    def from_config(cls, raw: Any) -> Caps:
-        """Build from a setup's `caps` dict; unknown keys and bad values are errors."""
+    def from_config(
+        cls, raw: Any, ceilings: CapCeilings | None = None, *, clamp: bool = False
+    ) -> Caps:
+        """Build from a setup's `caps` dict, checked against the operator's ceilings
+        (default: `CapCeilings()`). Raises ConfigError (status 422) for an unknown cap, a
+        value that is not a finite number, below its minimum, or above its ceiling (code
+        `cap_above_ceiling`, naming the cap and the ceiling).
+
+        `clamp=True` lowers a value above its ceiling to the ceiling instead: for turn start,
+        where a setup written under higher ceilings must keep working after the operator
+        lowers them (writes are checked with the default, refusing)."""
+        ceilings = ceilings or _DEFAULT_CEILINGS
         if raw is None:
-            return cls()
+            raw = {}
         if not isinstance(raw, dict):
-            raise ConfigError("caps must be an object")
+            raise _invalid("caps must be an object", "invalid_cap")
         known = {f.name: f for f in fields(cls)}
         changes: dict[str, Any] = {}
         for key, value in raw.items():
             if key not in known:
-                raise ConfigError(f"unknown cap {key!r}; known: {', '.join(sorted(known))}")
-            kind = int if known[key].type in ("int", int) else float
+                raise _invalid(f"unknown cap {key!r}; known: {', '.join(sorted(known))}",
+                               "invalid_cap")
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"cap {key!r} must be a number")
+                raise _invalid(f"cap {key!r} must be a number", "invalid_cap")
+            if not math.isfinite(value):
+                raise _invalid(f"cap {key!r} must be a finite number", "invalid_cap")
             if value < 0 or (key == "max_steps" and value < 1):
-                raise ConfigError(f"cap {key!r} is out of range")
+                raise _invalid(f"cap {key!r} is out of range", "invalid_cap")
+            ceiling = getattr(ceilings, key)
+            if value > ceiling and clamp:
+                value = ceiling
+            elif value > ceiling:
+                raise _invalid(f"cap {key!r} is {value:g}, above the operator's ceiling of "
+                               f"{ceiling:g}", "cap_above_ceiling")
+            kind = int if known[key].type in ("int", int) else float
             changes[key] = kind(value)
-        return replace(cls(), **changes)
+        caps = replace(cls(), **changes)
+        # A default above a lowered ceiling is lowered to it: the ceiling is the operator's.
+        lowered = {f.name: getattr(ceilings, f.name) for f in fields(cls)
+                   if f.name not in changes and getattr(caps, f.name) > getattr(ceilings, f.name)}
+        return replace(caps, **lowered) if lowered else caps

@@ -2,6 +2,10 @@
 
 Orgs are created by the installation's operator org; an org admin manages its own keys,
 secrets and budget. A key is shown once, at creation.
+
+Budgets have two levels: the operator sets (or clears) an org's `budget_ceiling_usd`; the
+org's admin sets an optional lower `monthly_budget_usd` (above the ceiling: 422). The org
+can neither raise nor clear the ceiling (403): clearing its own budget leaves it in force.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from ator.api import views
 from ator.api.auth import get_ator, require
 from ator.api.schemas import KeyIn, OrgIn, OrgPatch, SecretIn
 from ator.engine.runtime import Ator
-from ator.errors import Conflict, NotFound
+from ator.errors import Conflict, Forbidden, NotFound
 from ator.store import keys as key_store
 from ator.store import orgs as org_store
 from ator.store import secrets as secret_store
@@ -40,7 +44,9 @@ async def create_org(
 ) -> dict[str, Any]:
     if not p.operator:
         raise NotFound("not found")  # org management does not exist for tenants
-    return views.org(await ator.create_org(body.name, monthly_budget_usd=body.monthly_budget_usd))
+    return views.org(await org_store.create_org(
+        ator.db, body.name, monthly_budget_usd=body.monthly_budget_usd,
+        budget_ceiling_usd=body.budget_ceiling_usd))
 
 
 @router.get("/orgs")
@@ -66,7 +72,16 @@ async def patch_org(
     org_id: UUID, body: OrgPatch, p: Principal = Depends(require("admin")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    return views.org(await ator.set_budget(_org_scope(p, org_id), body.monthly_budget_usd))
+    scope = _org_scope(p, org_id)
+    changes = body.model_fields_set
+    if "budget_ceiling_usd" in changes:
+        if not p.operator:
+            raise Forbidden("only the operator can set or clear an org's budget ceiling",
+                            code="budget_ceiling_is_operators")
+        await org_store.set_org_ceiling(ator.db, scope, body.budget_ceiling_usd)
+    if "monthly_budget_usd" in changes:
+        await org_store.set_org_budget(ator.db, scope, body.monthly_budget_usd)
+    return views.org(await org_store.get_org(ator.db, scope))
 
 
 async def _issue_key(ator: Ator, scope: Scope, body: KeyIn) -> dict[str, Any]:

@@ -26,15 +26,21 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _usd() -> Any:
+    return Field(default=None, ge=0, max_digits=14, decimal_places=6, allow_inf_nan=False)
+
+
 class OrgIn(_Body):
     name: str = Name
-    monthly_budget_usd: Decimal | None = Field(default=None, ge=0, max_digits=14,
-                                               decimal_places=6)
+    monthly_budget_usd: Decimal | None = _usd()
+    budget_ceiling_usd: Decimal | None = _usd()  # the operator's; the org cannot lift it
 
 
 class OrgPatch(_Body):
-    monthly_budget_usd: Decimal | None = Field(default=None, ge=0, max_digits=14,
-                                               decimal_places=6)
+    """Only the fields present change; `null` clears. The ceiling is the operator's."""
+
+    monthly_budget_usd: Decimal | None = _usd()
+    budget_ceiling_usd: Decimal | None = _usd()
 
 
 class KeyIn(_Body):

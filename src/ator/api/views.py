@@ -15,10 +15,15 @@ from ator.store.records import Event, MailboxItem, Org, Setup, Thread, Turn
 __all__ = ["event", "item", "key", "org", "setup", "thread", "turn"]
 
 
+def _usd(value: Any) -> str | None:
+    return str(value) if value is not None else None
+
+
 def org(o: Org) -> dict[str, Any]:
-    budget = o.monthly_budget_usd
     return {"id": str(o.id), "name": o.name, "created_at": o.created_at.isoformat(),
-            "monthly_budget_usd": str(budget) if budget is not None else None}
+            "monthly_budget_usd": _usd(o.monthly_budget_usd),
+            "budget_ceiling_usd": _usd(o.budget_ceiling_usd),
+            "budget_limit_usd": _usd(o.budget_limit_usd)}
 
 
 def key(k: ApiKey) -> dict[str, Any]:

@@ -51,30 +51,54 @@ def _run(work: Callable[[Ator], Awaitable[T]]) -> T:
     raise AssertionError("unreachable")  # user_errors exits on every error it catches
 
 
-def _budget(text: str | None) -> Decimal | None:
+def _usd(text: str | None, option: str) -> Decimal | None:
     if text is None:
         return None
     try:
         value = Decimal(text)
     except InvalidOperation:
-        fail(f"--budget must be a number of USD, got {text!r}")
+        fail(f"{option} must be a number of USD, got {text!r}")
     if not value.is_finite() or value < 0:
-        fail("--budget must be a non-negative number of USD")
+        fail(f"{option} must be a non-negative number of USD")
+    if value >= Decimal(10) ** 8:  # NUMERIC(14, 6)
+        fail(f"{option} must be below 100000000 USD")
     return value
+
+
+def _money(value: Decimal | None, none: str = "none") -> str:
+    return money(value) if value is not None else none
 
 
 @admin_app.command("create-org")
 def create_org(
     name: Annotated[str, typer.Argument(help="The org's name.")],
     budget: Annotated[str | None, typer.Option(
-        help="Monthly budget in USD (default: none).")] = None,
+        help="The org's own monthly budget in USD, at most the ceiling (default: none).")
+    ] = None,
+    ceiling: Annotated[str | None, typer.Option(
+        help="The operator's monthly ceiling in USD, which the org cannot raise or clear "
+             "(default: none).")] = None,
 ) -> None:
     """Create an org (a tenant). Prints its id."""
-    monthly = _budget(budget)
-    org = _run(lambda ator: ator.create_org(name, monthly_budget_usd=monthly))
-    limit = money(org.monthly_budget_usd) if org.monthly_budget_usd is not None else "none"
-    err_console.print(f"created org {org.name!r} (monthly budget {limit})")
+    monthly, top = _usd(budget, "--budget"), _usd(ceiling, "--ceiling")
+    org = _run(lambda ator: org_store.create_org(ator.db, name, monthly_budget_usd=monthly,
+                                                 budget_ceiling_usd=top))
+    err_console.print(f"created org {org.name!r} (monthly budget "
+                      f"{_money(org.monthly_budget_usd)}, ceiling "
+                      f"{_money(org.budget_ceiling_usd)})")
     console.print(str(org.id))  # alone on stdout, so `ORG=$(ator admin create-org …)` works
+
+
+@admin_app.command("set-ceiling")
+def set_ceiling(
+    org: Annotated[UUID, typer.Argument(help="The org's id.")],
+    ceiling: Annotated[str, typer.Argument(help="Monthly ceiling in USD, or 'none' to clear.")],
+) -> None:
+    """Set or clear the operator's monthly budget ceiling of an org."""
+    top = None if ceiling.lower() == "none" else _usd(ceiling, "the ceiling")
+    found = _run(lambda ator: org_store.set_org_ceiling(ator.db, Scope(org), top))
+    err_console.print(f"org {found.name!r}: ceiling {_money(found.budget_ceiling_usd)}, "
+                      f"limit in force {_money(found.budget_limit_usd)}")
 
 
 @admin_app.command("create-key")
@@ -108,14 +132,14 @@ def create_key(
 
 @admin_app.command("list-orgs")
 def list_orgs() -> None:
-    """List every org with its budget."""
+    """List every org with its budget and ceiling."""
     found = _run(lambda ator: org_store.list_orgs(ator.db))
     table = Table()
-    for column in ("id", "name", "monthly budget", "created"):
+    for column in ("id", "name", "monthly budget", "ceiling", "created"):
         table.add_column(column, no_wrap=column != "name")
     for o in found:
-        budget = money(o.monthly_budget_usd) if o.monthly_budget_usd is not None else "—"
-        table.add_row(str(o.id), o.name, budget, o.created_at.strftime("%Y-%m-%d %H:%M"))
+        table.add_row(str(o.id), o.name, _money(o.monthly_budget_usd, "—"),
+                      _money(o.budget_ceiling_usd, "—"), o.created_at.strftime("%Y-%m-%d %H:%M"))
     console.print(table)
 
 

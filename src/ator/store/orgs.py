@@ -2,6 +2,11 @@
 
 Orgs are the tenants; creating one is an operator action and takes no Scope. Everything
 else in store/ is reached through a Scope naming the org.
+
+Budgets have two levels: the operator's ceiling (`budget_ceiling_usd`) and the org admin's
+own monthly budget, which must be at or below it. Who may set which is decided in api/;
+the rule "budget <= ceiling" is checked here, in the same statement that writes, so a
+concurrent change of the other value cannot slip past it.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from ator.errors import Conflict, NotFound
+from ator.errors import Conflict, NotFound, ValidationFailed
 from ator.store.database import Database, first
 from ator.store.records import Org
 from ator.store.schema import orgs, users
@@ -26,17 +31,34 @@ __all__ = [
     "get_org",
     "list_orgs",
     "set_org_budget",
+    "set_org_ceiling",
 ]
 
 
 def _org(row: Any) -> Org:
-    return Org(row.id, row.name, row.monthly_budget_usd, row.created_at)
+    return Org(row.id, row.name, row.monthly_budget_usd, row.created_at,
+               row.budget_ceiling_usd)
 
 
-async def create_org(db: Database, name: str, *, monthly_budget_usd: Decimal | None = None) -> Org:
+def _above_ceiling(budget: Decimal, ceiling: Decimal) -> ValidationFailed:
+    return ValidationFailed(
+        f"a monthly budget of ${budget} is above the org's ceiling of ${ceiling}, which only "
+        "the operator can change", code="budget_above_ceiling")
+
+
+async def create_org(
+    db: Database, name: str, *, monthly_budget_usd: Decimal | None = None,
+    budget_ceiling_usd: Decimal | None = None,
+) -> Org:
+    """Create an org (an operator action). Raises ValidationFailed when the budget is above
+    the ceiling."""
+    if (monthly_budget_usd is not None and budget_ceiling_usd is not None
+            and monthly_budget_usd > budget_ceiling_usd):
+        raise _above_ceiling(monthly_budget_usd, budget_ceiling_usd)
     stmt = (
         orgs.insert()
-        .values(id=uuid.uuid4(), name=name, monthly_budget_usd=monthly_budget_usd)
+        .values(id=uuid.uuid4(), name=name, monthly_budget_usd=monthly_budget_usd,
+                budget_ceiling_usd=budget_ceiling_usd)
         .returning(orgs)
     )
     return _org((await db.write(stmt))[0])
@@ -55,10 +77,28 @@ async def list_orgs(db: Database) -> list[Org]:
 
 
 async def set_org_budget(db: Database, scope: Scope, monthly_budget_usd: Decimal | None) -> Org:
+    """Set or clear the org's own monthly budget. Clearing it leaves the ceiling in force.
+    Raises ValidationFailed (`budget_above_ceiling`) when it is above the ceiling."""
+    where = [orgs.c.id == scope.org_id]
+    if monthly_budget_usd is not None:
+        where.append(sa.or_(orgs.c.budget_ceiling_usd.is_(None),
+                            orgs.c.budget_ceiling_usd >= monthly_budget_usd))
+    stmt = orgs.update().where(*where).values(monthly_budget_usd=monthly_budget_usd)
+    row = first(await db.write(stmt.returning(orgs)))
+    if row is not None:
+        return _org(row)
+    org = await get_org(db, scope)  # NotFound, or the ceiling refused it
+    assert monthly_budget_usd is not None and org.budget_ceiling_usd is not None
+    raise _above_ceiling(monthly_budget_usd, org.budget_ceiling_usd)
+
+
+async def set_org_ceiling(db: Database, scope: Scope, budget_ceiling_usd: Decimal | None) -> Org:
+    """Set or clear the operator's ceiling for the org (an operator action: the caller
+    checks). A ceiling below the org's own budget is allowed; the lower one is in force."""
     stmt = (
         orgs.update()
         .where(orgs.c.id == scope.org_id)
-        .values(monthly_budget_usd=monthly_budget_usd)
+        .values(budget_ceiling_usd=budget_ceiling_usd)
         .returning(orgs)
     )
     row = first(await db.write(stmt))

@@ -15,8 +15,15 @@ __all__ = ["Event", "MailboxItem", "Org", "Setup", "Thread", "Turn"]
 class Org:
     id: UUID
     name: str
-    monthly_budget_usd: Decimal | None
+    monthly_budget_usd: Decimal | None  # the org admin's own budget (<= the ceiling)
     created_at: datetime
+    budget_ceiling_usd: Decimal | None = None  # the operator's; the org cannot lift it
+
+    @property
+    def budget_limit_usd(self) -> Decimal | None:
+        """The monthly limit in force: the lower of the two; None when neither is set."""
+        set_ = [v for v in (self.monthly_budget_usd, self.budget_ceiling_usd) if v is not None]
+        return min(set_) if set_ else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,11 @@ orgs = sa.Table(
     metadata,
     _id(),
     sa.Column("name", sa.Text, nullable=False),
+    # The org admin's own monthly budget; it may only be at or below the ceiling.
     sa.Column("monthly_budget_usd", sa.Numeric(14, 6), nullable=True),
+    # The operator's monthly ceiling for the org, which the org cannot raise or clear.
+    # The limit in force is LEAST(monthly_budget_usd, budget_ceiling_usd) (NULLs ignored).
+    sa.Column("budget_ceiling_usd", sa.Numeric(14, 6), nullable=True),
     sa.Column("settings", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
     _created(),
 )
@@ -159,6 +163,8 @@ turns = sa.Table(
     sa.Column("cache_read_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("cache_write_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
+    # What the turn holds in the org's budget ledger for its model call in flight (ledger.py).
+    sa.Column("reserved_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
     sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
     sa.CheckConstraint(
@@ -167,6 +173,8 @@ turns = sa.Table(
     ),
     sa.Index("ix_turns_thread", "thread_id", "started_at"),
     sa.Index("ix_turns_running", "heartbeat_at", postgresql_where=sa.text("status = 'running'")),
+    # The few turns holding a reservation, for the reaper's release sweep.
+    sa.Index("ix_turns_reserved", "status", postgresql_where=sa.text("reserved_usd > 0")),
 )
 
 events = sa.Table(
@@ -240,6 +248,8 @@ org_usage = sa.Table(
     sa.Column("month", sa.Date, nullable=False),
     sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
     sa.Column("tokens", sa.BigInteger, nullable=False, server_default="0"),
+    # Worst cases of the model calls in flight (store/ledger.py); spend + reserved <= limit.
+    sa.Column("reserved_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
     sa.PrimaryKeyConstraint("org_id", "month", name="pk_org_usage"),
 )
 

@@ -1,0 +1,189 @@
+"""The budget ledger: reserve a model call's worst case before it starts, settle it to the
+real cost after, atomically across replicas (layer: store; imports sqlalchemy, ator.store.*).
+
+The org's month row in `org_usage` holds `cost_usd` (settled spend) and `reserved_usd` (the
+worst cases of calls in flight); the invariant is `cost_usd + reserved_usd <= limit`, where
+the limit is `LEAST(orgs.monthly_budget_usd, orgs.budget_ceiling_usd)`. `turns.reserved_usd`
+is what each turn holds, so a turn that dies can be made to give it back.
+
+1. `reserve`  one statement, before a call: add the worst case to the month row only if it
+   fits. It is an upsert whose ON CONFLICT ... WHERE PostgreSQL evaluates on the newest row
+   version after locking it, so concurrent reservations from any replica serialize on the
+   row and none can pass a check another has already used up. The same statement adds the
+   amount to the turn's row. Only orgs with a limit reserve; the engine skips this call
+   (and its round trip) for an org without one.
+2. settle     folded into the step write that records the call (store/turns.py), with the
+   fragments below: `cost_usd += actual`, and `reserved_usd -= released` on both rows, the
+   latter only while the turn is still running (if it was closed meanwhile, the sweep below
+   has released or will release what it held; releasing twice would over-admit).
+   `settle` here is the same arithmetic as a statement of its own, for tests and tools.
+3. `release_closed`  the reaper's sweep: turns no longer running that still hold a
+   reservation (lost, reaped, or ended by a path that did not settle) give it back.
+
+Month boundary: a reservation is added to the month it was made in and released from the
+month it is settled in (clamped at 0), so a call that straddles midnight on the 1st can make
+the new month's figure too low by at most that one call's worst case, until its other
+reservations settle. The old month's row may keep a stale `reserved_usd`; nothing reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from ator.store.database import Database
+from ator.store.scope import Scope
+
+__all__ = [
+    "LIMIT_SQL",
+    "SETTLE_TURN_SET",
+    "SETTLE_USAGE_SET",
+    "Released",
+    "Reservation",
+    "release_closed",
+    "reserve",
+    "settle",
+]
+
+_MONTH = "date_trunc('month', now())::date"
+
+#: The monthly limit in force for an org row `o` (LEAST ignores NULLs; NULL = no limit).
+#: `start_turn` should read this instead of `o.monthly_budget_usd`.
+LIMIT_SQL = "LEAST(o.monthly_budget_usd, o.budget_ceiling_usd)"
+
+#: Appended to the SET list of the step write's `UPDATE turns ... AS _turn`.
+SETTLE_TURN_SET = ", reserved_usd = GREATEST(reserved_usd - CAST(:released AS numeric), 0)"
+
+#: Appended to the SET list of the step write's `org_usage` upsert (ON CONFLICT DO UPDATE).
+#: Releases only if `_turn` (the step's turn UPDATE, guarded by status = 'running') matched.
+SETTLE_USAGE_SET = (
+    ", reserved_usd = GREATEST(org_usage.reserved_usd - (SELECT CASE WHEN EXISTS "
+    "(SELECT 1 FROM _turn) THEN CAST(:released AS numeric) ELSE 0 END), 0)"
+)
+
+_RESERVE = sa.text(f"""
+WITH _limit AS (
+  SELECT {LIMIT_SQL} AS usd FROM orgs o WHERE o.id = CAST(:org_id AS uuid)
+), _live AS (
+  SELECT 1 FROM turns
+   WHERE id = CAST(:turn_id AS uuid) AND org_id = CAST(:org_id AS uuid) AND status = 'running'
+), _before AS (
+  SELECT cost_usd, reserved_usd FROM org_usage
+   WHERE org_id = CAST(:org_id AS uuid) AND month = {_MONTH}
+), _usage AS (
+  INSERT INTO org_usage AS u (org_id, month, reserved_usd)
+  SELECT CAST(:org_id AS uuid), {_MONTH}, CAST(:amount AS numeric)
+    FROM _limit
+   WHERE EXISTS (SELECT 1 FROM _live)
+     AND (_limit.usd IS NULL OR CAST(:amount AS numeric) <= _limit.usd)
+  ON CONFLICT (org_id, month) DO UPDATE
+     SET reserved_usd = u.reserved_usd + EXCLUDED.reserved_usd
+   WHERE (SELECT usd FROM _limit) IS NULL
+      OR u.cost_usd + u.reserved_usd + EXCLUDED.reserved_usd <= (SELECT usd FROM _limit)
+  RETURNING u.cost_usd, u.reserved_usd
+), _held AS (
+  -- No status check here: if the turn closed since _live, the sweep releases this too.
+  UPDATE turns SET reserved_usd = reserved_usd + CAST(:amount AS numeric)
+   WHERE id = CAST(:turn_id AS uuid) AND org_id = CAST(:org_id AS uuid)
+     AND EXISTS (SELECT 1 FROM _usage)
+  RETURNING id
+)
+SELECT (SELECT count(*) FROM _held) AS held, (SELECT usd FROM _limit) AS limit_usd,
+       COALESCE((SELECT cost_usd FROM _usage), (SELECT cost_usd FROM _before), 0) AS spent,
+       COALESCE((SELECT reserved_usd FROM _usage), (SELECT reserved_usd FROM _before), 0)
+         AS reserved
+""")
+
+_SETTLE = sa.text(f"""
+WITH _turn AS (
+  UPDATE turns SET cost_usd = cost_usd + CAST(:cost AS numeric){SETTLE_TURN_SET}
+   WHERE id = CAST(:turn_id AS uuid) AND org_id = CAST(:org_id AS uuid) AND status = 'running'
+  RETURNING id
+), _usage AS (
+  INSERT INTO org_usage (org_id, month, cost_usd)
+  VALUES (CAST(:org_id AS uuid), {_MONTH}, CAST(:cost AS numeric))
+  ON CONFLICT (org_id, month) DO UPDATE
+    SET cost_usd = org_usage.cost_usd + EXCLUDED.cost_usd{SETTLE_USAGE_SET}
+  RETURNING cost_usd
+)
+SELECT (SELECT count(*) FROM _turn) AS live, (SELECT cost_usd FROM _usage) AS month_usd
+""")
+
+_RELEASE_CLOSED = sa.text(f"""
+WITH _held AS (
+  SELECT id, org_id, reserved_usd FROM turns
+   WHERE reserved_usd > 0 AND status <> 'running'
+   FOR UPDATE SKIP LOCKED
+), _freed AS (
+  UPDATE turns t SET reserved_usd = 0 FROM _held h WHERE t.id = h.id
+  RETURNING h.org_id, h.reserved_usd AS usd
+), _by_org AS (
+  SELECT org_id, sum(usd) AS usd FROM _freed GROUP BY org_id
+), _usage AS (
+  UPDATE org_usage u SET reserved_usd = GREATEST(u.reserved_usd - b.usd, 0)
+    FROM _by_org b
+   WHERE u.org_id = b.org_id AND u.month = {_MONTH}
+  RETURNING u.org_id
+)
+SELECT (SELECT count(*) FROM _freed) AS turns, (SELECT COALESCE(sum(usd), 0) FROM _freed) AS usd,
+       (SELECT count(*) FROM _usage) AS orgs
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    held: bool  # False: the worst case does not fit (or the turn is no longer running)
+    limit_usd: Decimal | None
+    spent_usd: Decimal  # settled spend this month
+    reserved_usd: Decimal  # held by calls in flight, this one included when held
+
+    def refusal(self, amount: Decimal) -> str:
+        """Why a reservation was refused, in words a user and the model can read."""
+        return (f"the org's monthly budget of ${self.limit_usd} cannot cover this call's "
+                f"worst case of ${amount} (spent ${self.spent_usd}, ${self.reserved_usd} "
+                "held by calls in flight)")
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    turns: int
+    usd: Decimal
+
+
+def _dec(value: Any) -> Decimal:
+    return Decimal(value) if value is not None else Decimal(0)
+
+
+async def reserve(db: Database, scope: Scope, turn_id: UUID, amount: Decimal) -> Reservation:
+    """Hold `amount` (a call's worst case, cost/estimate.py) against the org's budget for
+    this month, if it fits: one statement, atomic across replicas. Call it only for orgs
+    with a limit, and follow every held reservation with a settle of the same amount."""
+    if amount < 0:
+        raise ValueError("a reservation cannot be negative")
+    params = {"org_id": scope.org_id, "turn_id": turn_id, "amount": amount}
+    row = (await db.fetch(_RESERVE, params, write=True))[0]
+    limit = row["limit_usd"]
+    return Reservation(bool(row["held"]), Decimal(limit) if limit is not None else None,
+                       _dec(row["spent"]), _dec(row["reserved"]))
+
+
+async def settle(
+    db: Database, scope: Scope, turn_id: UUID, *, cost_usd: Decimal, released_usd: Decimal
+) -> Decimal | None:
+    """Record a call's real cost and release its reservation in one statement (what the step
+    write does with SETTLE_TURN_SET and SETTLE_USAGE_SET). Returns the month's spend."""
+    params = {"org_id": scope.org_id, "turn_id": turn_id, "cost": cost_usd,
+              "released": released_usd}
+    row = (await db.fetch(_SETTLE, params, write=True))[0]
+    return Decimal(row["month_usd"]) if row["month_usd"] is not None else None
+
+
+async def release_closed(db: Database) -> Released:
+    """Release what turns that are no longer running still hold (all orgs; the reaper's
+    sweep). Idempotent; turns another sweeper has locked are left for the next one."""
+    row = (await db.fetch(_RELEASE_CLOSED, {}, write=True))[0]
+    return Released(int(row["turns"]), _dec(row["usd"]))
