@@ -197,7 +197,6 @@ async def test_a_turn_on_a_model_the_old_table_borrowed_for_is_billed_its_own_pr
         assert result.cost_usd == Decimal("0.075")
         scope, thread = await new_thread(ator, "s", model="claude-opus-4-60")
         unknown = await ator.ask(scope, thread.id, "hi", timeout=30)
-        async with ator.db.connect() as conn:
-            row = (await conn.execute(sa.select(model_calls).where(
-                model_calls.c.turn_id == unknown.turn_id))).one()
+        [row] = await ator.db.read(sa.select(model_calls).where(
+            model_calls.c.turn_id == unknown.turn_id))
         assert (row.cost_usd, row.priced, row.input_tokens) == (0, False, 10_000)

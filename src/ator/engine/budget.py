@@ -1,9 +1,14 @@
-"""The org's budget as a loop hook: checked before every model call (layer: engine; imports
-agent, cost).
+"""The org's budget as a loop hook: every model call reserves its worst case first (layer:
+engine; imports agent, cost, store).
 
-Before each call the gate checks the org's remaining budget and ends the turn with `budget`
-(a typed stop, before any money is spent) when it is used up, or when the model has no
-price and the operator wants spend to be measurable (fail closed).
+Before each call, for an org with a limit (its own monthly budget, or the operator's
+ceiling, whichever is lower), the gate estimates the request's input tokens and reserves
+the call's worst case (that input at the dearest input price plus `max_output_tokens`) in
+the ledger, atomically across replicas (store/ledger.py). A reservation that does not fit
+ends the turn with `budget` before any money is spent. The step write that records the call
+settles the reservation to the real cost (the step writer releases `state.reserved_usd`).
+A model with no price cannot be reserved for: with `fail_closed` (the default) a budgeted
+org refuses it. An org without a limit costs no statement here.
 """
 
 from __future__ import annotations
@@ -12,30 +17,40 @@ from decimal import Decimal
 
 from ator.agent.hooks import LoopHook, StopTurn
 from ator.agent.state import TurnContext, TurnState
+from ator.agent.tokens import request_tokens
+from ator.cost.estimate import worst_case_usd
+from ator.cost.prices import PriceTable
 from ator.providers.base import ModelRequest
+from ator.store import ledger
+from ator.store.database import Database
+from ator.store.scope import Scope
 
 __all__ = ["BudgetGate"]
 
 
 class BudgetGate(LoopHook):
     def __init__(
-        self, *, limit: Decimal | None, spent_at_start: Decimal, priced: bool, fail_closed: bool
+        self, *, db: Database, prices: PriceTable, limit: Decimal | None, fail_closed: bool
     ) -> None:
+        self.db = db
+        self.prices = prices
         self.limit = limit
-        self.spent_at_start = spent_at_start
-        self.priced = priced
         self.fail_closed = fail_closed
 
     async def before_call(
         self, turn: TurnContext, state: TurnState, request: ModelRequest
     ) -> ModelRequest:
-        if self.limit is None:
+        if self.limit is None or state.reserved_usd > 0:
+            return request  # no budget; or a retry of a call that is already reserved
+        worst = worst_case_usd(self.prices, request.model, request_tokens(request),
+                               request.max_tokens)
+        if worst is None:
+            if self.fail_closed:
+                raise StopTurn("budget", "the model has no price, so spend against the "
+                                         "budget cannot be measured")
             return request
-        spent = self.spent_at_start + state.cost
-        if spent >= self.limit:
-            raise StopTurn("budget", f"the org's monthly budget of ${self.limit} is spent "
-                                     f"(${spent})")
-        if not self.priced and self.fail_closed:
-            raise StopTurn("budget", "the model has no price, so spend against the budget "
-                                     "cannot be measured")
+        held = await ledger.reserve(self.db, Scope(turn.org_id), turn.turn_id, worst)
+        if not held.held:
+            raise StopTurn("budget", held.refusal(worst))
+        state.reserved_usd = worst
         return request

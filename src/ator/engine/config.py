@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ator.agent.caps import Caps
+from ator.agent.caps import CapCeilings, Caps
 from ator.security.redact import redact
 from ator.store.turns import TurnStart
 
@@ -33,9 +33,12 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def freeze(ctx: TurnStart, *, engine_version: str) -> FrozenConfig:
-    """Raises ConfigError when the setup's caps are invalid."""
-    caps = Caps.from_config(ctx.config.get("caps"))
+def freeze(
+    ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None = None
+) -> FrozenConfig:
+    """Raises ConfigError when the setup's caps are invalid. A cap above the operator's
+    ceiling (lowered since the setup was written) is clamped to it, not refused."""
+    caps = Caps.from_config(ctx.config.get("caps"), ceilings, clamp=True)
     policy = ctx.tool_policy or {}
     allow = policy.get("allow")
     deny = list(policy.get("deny") or [])

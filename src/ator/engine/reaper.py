@@ -19,6 +19,7 @@ from ator.coord.base import Coordinator
 from ator.engine.actor import Actor
 from ator.engine.turn import TurnRunner
 from ator.obs.logging import get_logger
+from ator.store import ledger
 from ator.store import mailbox as mailbox_store
 from ator.store import turns as turn_store
 from ator.store.database import Database
@@ -75,6 +76,8 @@ class Reaper:
     async def tick(self) -> int:
         """One sweep; returns how many turns it closed."""
         lost = await turn_store.reap_lost_turns(self.db, self.ttl)
+        # Lost turns (and any turn whose end did not settle) give back their reservations.
+        await ledger.release_closed(self.db)
         for turn in lost:
             log.warning("closed lost turn", extra={"lost_turn": str(turn.turn_id),
                                                    "owner": turn.owner})

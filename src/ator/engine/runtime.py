@@ -121,7 +121,7 @@ class Ator:
             db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
             prices=prices, master_key=master_key, owner=self.owner,
             engine_version=ator.__version__, budget_fail_closed=settings.budget_fail_closed,
-            hooks=list(hooks), services=services,
+            cap_ceilings=settings.cap_ceilings, hooks=list(hooks), services=services,
         )
         self.actor = Actor(db=db, coord=coord, runner=self.runner, owner=self.owner,
                            lease_ttl=settings.lease_ttl)
@@ -164,7 +164,8 @@ class Ator:
             settings, db=db, coord=coord,
             providers=ProviderRegistry(settings, providers),
             toolsets=[StaticToolset(builtin_tools() if tools is None else tools), *toolsets],
-            prices=prices or PriceTable(), master_key=key, hooks=hooks, services=services,
+            prices=prices or PriceTable.from_settings(settings), master_key=key, hooks=hooks,
+            services=services,
         )
         if engine:
             await self.start_engine()
@@ -229,7 +230,7 @@ class Ator:
             )
         config = dict(config or {})
         _check_no_clear_secrets(config)
-        Caps.from_config(config.get("caps"))
+        Caps.from_config(config.get("caps"), self.settings.cap_ceilings)
 
     async def create_setup(
         self,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 from typing import Any
 
 from ator.agent.hooks import Injection
@@ -179,8 +180,15 @@ class StepWriter:
         finish: turn_store.Finished | None = None,
     ) -> list[Any]:
         parts: list[turn_store.StepPart] = []
+        # The reservation held for the call in flight is settled by the write that bills
+        # it, or given back with the turn's end when the call never billed.
+        released = self._state.reserved_usd
         if billed is not None:
-            parts.append(turn_store.Billed(billed))
+            parts.append(turn_store.Billed(billed, released))
+            self._state.reserved_usd = Decimal(0)
+        elif finish is not None and released:
+            parts.append(turn_store.Released(released))
+            self._state.reserved_usd = Decimal(0)
         if finish is not None:
             parts.append(finish)
         if self._snapshot is not None:

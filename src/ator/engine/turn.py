@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from ator.agent.caps import Caps
+from ator.agent.caps import CapCeilings, Caps
 from ator.agent.history import build_messages
 from ator.agent.hooks import LoopHook
 from ator.agent.loop import Outcome, run_loop
@@ -86,6 +86,7 @@ class TurnRunner:
         owner: str,
         engine_version: str,
         budget_fail_closed: bool,
+        cap_ceilings: CapCeilings | None = None,
         hooks: Sequence[LoopHook] = (),
         services: Mapping[type, object] | None = None,
         metrics: Metrics | None = None,
@@ -102,6 +103,7 @@ class TurnRunner:
         self.owner = owner
         self.engine_version = engine_version
         self.budget_fail_closed = budget_fail_closed
+        self.cap_ceilings = cap_ceilings
 
     async def run(
         self, scope: Scope, thread_id: UUID, on_start: Callable[[TurnHandle], None]
@@ -124,7 +126,8 @@ class TurnRunner:
             await self.publisher.events(scope, thread_id, started)
             frozen: FrozenConfig | AtorError
             try:
-                frozen = freeze(start, engine_version=self.engine_version)
+                frozen = freeze(start, engine_version=self.engine_version,
+                                ceilings=self.cap_ceilings)
                 snapshot = turn_store.Snapshot(frozen.snapshot, frozen.hash)
             except AtorError as exc:  # the turn still runs, to record why it cannot
                 frozen = exc
@@ -214,8 +217,7 @@ class TurnRunner:
         provider = await self.providers.build(start.provider, start.config, resolve)
         tools = TurnTools(self.toolsets, allow=frozen.allow, deny=frozen.deny,
                           description_limit=frozen.caps.tool_description_chars)
-        gate = BudgetGate(limit=start.monthly_budget_usd, spent_at_start=start.month_usd,
-                          priced=self.prices.lookup(turn.model) is not None,
+        gate = BudgetGate(db=self.db, prices=self.prices, limit=start.monthly_budget_usd,
                           fail_closed=self.budget_fail_closed)
         return await run_loop(turn, state, provider=provider, tools=tools, sink=writer,
                               prices=self.prices, hooks=[gate, *self.hooks],

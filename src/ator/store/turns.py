@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from ator.errors import NotFound
 from ator.store.database import Database, first
 from ator.store.events import HISTORY_KINDS, append_cte, event_params, to_event
+from ator.store.ledger import LIMIT_SQL, SETTLE_TURN_SET, SETTLE_USAGE_SET
 from ator.store.records import Event, Turn
 from ator.store.schema import turns
 from ator.store.scope import Scope
@@ -37,6 +38,7 @@ __all__ = [
     "Finished",
     "LostTurn",
     "ModelCallRow",
+    "Released",
     "Snapshot",
     "StepPart",
     "StepWrite",
@@ -57,7 +59,7 @@ WITH _ctx AS (
   -- so `history` is the thread as it was before this turn's events.
   SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
          t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
-         s.tool_policy, s.version AS setup_version, o.monthly_budget_usd,
+         s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,
          COALESCE(u.cost_usd, 0) AS month_usd,
          (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
                                                        'data', e.data) ORDER BY e.seq), '[]')
@@ -226,22 +228,28 @@ class StepPart(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Billed:
-    """A model call: its row, its usage added to the turn and to the org's month."""
+    """A model call: its row, its usage added to the turn and to the org's month, and the
+    budget reservation it settles (`released`, store/ledger.py; 0 without a budget)."""
 
     call: ModelCallRow
-    key: str = "billed"
+    released: Decimal = Decimal(0)
+
+    @property
+    def key(self) -> str:
+        return "billed+released" if self.released else "billed"
 
     def turn_set(self) -> str:
         return (", input_tokens = input_tokens + :d_in, output_tokens = output_tokens + :d_out,"
                 " cache_read_tokens = cache_read_tokens + :d_cr,"
-                " cache_write_tokens = cache_write_tokens + :d_cw, cost_usd = cost_usd + :d_cost")
+                " cache_write_tokens = cache_write_tokens + :d_cw, cost_usd = cost_usd + :d_cost"
+                + (SETTLE_TURN_SET if self.released else ""))
 
     def ctes(self) -> list[str]:
-        return [_MODEL_CALL]
+        return [_MODEL_CALL.replace("{settle}", SETTLE_USAGE_SET if self.released else "")]
 
     def params(self) -> dict[str, Any]:
         mc = self.call
-        return {
+        out = {
             "d_in": mc.input_tokens, "d_out": mc.output_tokens, "d_cr": mc.cache_read_tokens,
             "d_cw": mc.cache_write_tokens, "d_cost": mc.cost_usd, "mc_setup_id": mc.setup_id,
             "mc_step": mc.step, "mc_purpose": mc.purpose, "mc_provider": mc.provider,
@@ -250,6 +258,31 @@ class Billed:
             "mc_duration_ms": mc.duration_ms,
             "mc_meta": json.dumps(mc.request_meta, separators=(",", ":"), default=str),
         }
+        if self.released:
+            out["released"] = self.released
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """Give back a budget reservation without billing (the call never ran: the turn ended
+    before it, or it failed before the provider reported anything)."""
+
+    amount: Decimal
+    key: str = "released"
+
+    def turn_set(self) -> str:
+        return SETTLE_TURN_SET
+
+    def ctes(self) -> list[str]:
+        return ["""_release AS (
+  UPDATE org_usage SET reserved_usd = GREATEST(reserved_usd - CAST(:released AS numeric), 0)
+   WHERE org_id = :org_id AND month = date_trunc('month', now())::date
+     AND EXISTS (SELECT 1 FROM _turn)
+)"""]
+
+    def params(self) -> dict[str, Any]:
+        return {"released": self.amount}
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +336,7 @@ _MODEL_CALL = """_mc AS (
   VALUES (:org_id, date_trunc('month', now())::date, :d_cost, :d_in + :d_out + :d_cr + :d_cw)
   ON CONFLICT (org_id, month) DO UPDATE
     SET cost_usd = org_usage.cost_usd + EXCLUDED.cost_usd,
-        tokens = org_usage.tokens + EXCLUDED.tokens
+        tokens = org_usage.tokens + EXCLUDED.tokens{settle}
   RETURNING cost_usd
 )"""
 _step_sql: dict[tuple[str, ...], sa.TextClause] = {}

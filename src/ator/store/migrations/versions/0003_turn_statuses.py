@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0003"
-down_revision = "0001"  # MERGE: becomes 0002
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,120 @@
+"""Budgets through whole turns: every model call reserves its worst case first, so concurrent
+turns cannot overshoot a nearly spent budget; a call cut short still bills what it used."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from decimal import Decimal
+
+import sqlalchemy as sa
+
+from ator import Ator, Scope
+from ator.agent.tokens import request_tokens
+from ator.providers.base import MessageStop, ModelRequest, StreamEvent, TextDelta, Usage
+from ator.store.schema import org_usage, turns
+from tests.conftest import ended, wait_for_event
+
+MODEL = "claude-haiku-4-5"
+
+
+class Honest:
+    """Reports exactly the input the request has (by the estimator) and 100 output tokens,
+    after a short pause so the turns overlap."""
+
+    name = "honest"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        await asyncio.sleep(0.05)
+        yield TextDelta("ok")
+        yield MessageStop("end_turn", Usage(request_tokens(request), 100), request.model)
+
+
+async def _spend(ator: Ator, scope: Scope) -> tuple[Decimal, Decimal]:
+    rows = await ator.db.read(sa.select(org_usage.c.cost_usd, org_usage.c.reserved_usd)
+                              .where(org_usage.c.org_id == scope.org_id))
+    return rows[0].cost_usd, rows[0].reserved_usd
+
+
+async def test_forty_concurrent_turns_cannot_overshoot_a_nearly_spent_budget(make_ator) -> None:
+    async with make_ator(providers={"h": Honest()}) as ator:
+        org = await ator.create_org("nearly-spent", monthly_budget_usd=Decimal("1.00"))
+        scope = Scope(org.id)
+        # $0.99 already spent this month.
+        await ator.db.write(sa.insert(org_usage).values(
+            org_id=org.id, month=sa.func.date_trunc("month", sa.func.now()),
+            cost_usd=Decimal("0.99"), tokens=0))
+        setup = await ator.create_setup(scope, name="s", provider="h", model=MODEL,
+                                        config={"caps": {"max_output_tokens": 500}})
+        threads = [await ator.create_thread(scope, setup.id) for _ in range(40)]
+        results = await asyncio.gather(*(ator.ask(scope, t.id, "hi", timeout=60)
+                                         for t in threads))
+        spent, reserved = await _spend(ator, scope)
+        held = await ator.db.read(sa.select(sa.func.sum(turns.c.reserved_usd))
+                                  .where(turns.c.org_id == org.id))
+    done = [r for r in results if r.stop_reason == "end_turn"]
+    refused = [r for r in results if r.stop_reason == "budget"]
+    assert len(done) + len(refused) == 40
+    # Each call's worst case is ~$0.0027 (input at the cache-write price + 500 output), so
+    # the remaining $0.01 admits a few calls and refuses the rest, before they run.
+    assert 1 <= len(done) <= 4 and refused
+    assert all(r.status == "budget" and r.cost_usd == 0 for r in refused)
+    assert spent <= Decimal("1.00")
+    assert spent == Decimal("0.99") + sum(r.cost_usd for r in done)
+    # Every reservation was settled or given back.
+    assert reserved == 0 and (held[0][0] or 0) == 0
+
+
+class Trickle:
+    """Streams a few words, then hangs; reports no usage (so output is estimated)."""
+
+    name = "trickle"
+
+    def __init__(self) -> None:
+        self.streaming = asyncio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        yield TextDelta("partial answer of some length")
+        self.streaming.set()
+        await asyncio.Event().wait()
+        yield MessageStop("end_turn", Usage(), request.model)  # never reached
+
+
+async def _cut_short(make_ator, caps: dict[str, float], stop: bool) -> tuple[object, object]:
+    provider = Trickle()
+    async with make_ator(providers={"t": provider}) as ator:
+        org = await ator.create_org(f"o-{uuid.uuid4().hex[:6]}",
+                                    monthly_budget_usd=Decimal("5"))
+        scope = Scope(org.id)
+        setup = await ator.create_setup(scope, name="s", provider="t", model=MODEL,
+                                        config={"caps": caps})
+        thread = await ator.create_thread(scope, setup.id)
+        await ator.submit(scope, thread.id, "go")
+        if stop:
+            await asyncio.wait_for(provider.streaming.wait(), 10)
+            await ator.stop(scope, thread.id)
+        end = await wait_for_event(ator, scope, thread.id, ended, timeout=20)
+        turn = await ator.turn(scope, end.turn_id)
+        spent, reserved = await _spend(ator, scope)
+    assert reserved == 0  # the reservation of the cut call was settled with it
+    assert spent == turn.cost_usd
+    return end.data["stop_reason"], turn
+
+
+async def test_a_stopped_call_records_the_tokens_and_usd_it_consumed(make_ator) -> None:
+    reason, turn = await _cut_short(make_ator, {}, stop=True)
+    assert reason == "cancelled:user"
+    assert turn.output_tokens > 0 and turn.cost_usd > 0  # type: ignore[attr-defined]
+
+
+async def test_a_timed_out_call_records_the_tokens_and_usd_it_consumed(make_ator) -> None:
+    reason, turn = await _cut_short(make_ator, {"turn_timeout": 0.5}, stop=False)
+    assert reason == "timeout"
+    assert turn.output_tokens > 0 and turn.cost_usd > 0  # type: ignore[attr-defined]
+
+
+async def test_a_stalled_call_records_the_tokens_and_usd_it_consumed(make_ator) -> None:
+    reason, turn = await _cut_short(make_ator, {"stall_timeout": 0.3}, stop=False)
+    assert reason == "stalled"
+    assert turn.output_tokens > 0 and turn.cost_usd > 0  # type: ignore[attr-defined]
