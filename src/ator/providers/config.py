@@ -40,7 +40,7 @@ from pydantic import (
 
 from ator.errors import Forbidden, ValidationFailed
 from ator.security.limits import SETUP_CONFIG, Loc, check_json, refuse
-from ator.security.redact import is_reference, is_secret_key, url_userinfo
+from ator.security.redact import is_secret_key, url_userinfo
 from ator.settings import Settings
 
 __all__ = [
@@ -249,7 +249,10 @@ def find_clear_credential(value: Any, loc: Loc) -> None:
                     raise refuse(where, "credential headers are not allowed; name the "
                                  "credential in api_key or auth_token as 'secret:NAME'",
                                  "secret_in_config")
-                if child is None or child == "" or is_reference(child):
+                # "secret:…" is a reference (the typed model checks its spelling).
+                if child is None or child == "" or (
+                    isinstance(child, str) and child.startswith("secret:")
+                ):
                     continue
                 raise refuse(where, "holds a credential; store it with PUT /v1/secrets/NAME "
                              "and reference it as 'secret:NAME'", "secret_in_config")
