@@ -49,7 +49,9 @@ async def test_sigkilled_owner_turn_is_reaped_and_the_thread_continues(
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(HERE / "procs" / "hanging_turn.py"), database_url,
             str(tmp_path / "child"), str(thread.id), str(scope.org_id),
-            stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+            stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                # Keep the caller's path first: the child must run the code under test.
+                p for p in (os.environ.get("PYTHONPATH"), str(HERE.parent)) if p)},
         )
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 60)
