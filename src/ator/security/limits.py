@@ -92,12 +92,15 @@ def check_json(value: Any, limits: JsonLimits, loc: Loc) -> None:
     bool, None) crosses `limits` or cannot be stored. The path of the first offending
     value is in the error."""
     size = 0
-    items = 0
+    items = 1  # the root, plus every container's children when the container is seen
     # (value, depth of its container level, path); depth counts containers entered.
     stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 0, tuple(loc))]
     while stack:
         node, depth, path = stack.pop()
-        items += 1
+        if isinstance(node, dict | list | tuple):
+            # Count a container's children before walking them: a million-key object is
+            # refused at once, not after a million pushes.
+            items += len(node)
         if items > limits.max_items:
             raise refuse(loc, f"holds more than {limits.max_items} values", "too_many_items")
         if isinstance(node, dict):
@@ -109,6 +112,8 @@ def check_json(value: Any, limits: JsonLimits, loc: Loc) -> None:
                 if not isinstance(key, str):
                     raise refuse(path, "object keys must be strings", "unstorable_value")
                 size += _string_size(key, limits, (*path, key)) + 1  # the colon
+                if size > limits.max_bytes:
+                    break  # refused just below, without reading the remaining keys
                 stack.append((child, depth, (*path, key)))
         elif isinstance(node, list | tuple):
             depth += 1
