@@ -257,3 +257,20 @@ async def test_the_python_api_is_bounded_too(api: Any) -> None:
     with pytest.raises(ValidationFailed) as persona:
         await runtime.update_setup(scope, setup.id, persona="p" * 50_001)
     assert persona.value.code == "too_long"
+
+
+async def test_an_update_validated_against_a_stale_version_is_not_applied(api: Any) -> None:
+    from ator.errors import Conflict
+    from ator.store.scope import Scope
+
+    _, _, runtime = api
+    scope = Scope((await runtime.create_org("stale")).id)
+    setup = await runtime.create_setup(scope, name="s", provider="scripted", model="m")
+    moved = await runtime.update_setup(scope, setup.id, model="m2")
+    assert moved.version == setup.version + 1
+    # What a concurrent request validated against the old version must not land.
+    with pytest.raises(Conflict) as err:
+        await setup_store.update_setup(runtime.db, scope, setup.id,
+                                       expected_version=setup.version, provider="anthropic")
+    assert err.value.code == "setup_changed"
+    assert (await setup_store.get_setup(runtime.db, scope, setup.id)).provider == "scripted"
