@@ -50,8 +50,8 @@ async def test_sigkilled_owner_turn_is_reaped_and_the_thread_continues(
             sys.executable, str(HERE / "procs" / "hanging_turn.py"), database_url,
             str(tmp_path / "child"), str(thread.id), str(scope.org_id),
             stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                # Keep a PYTHONPATH already set (a worktree's src ahead of the install).
-                p for p in (str(HERE.parent), os.environ.get("PYTHONPATH")) if p)},
+                # Keep the caller's path first: the child must run the code under test.
+                p for p in (os.environ.get("PYTHONPATH"), str(HERE.parent)) if p)},
         )
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 60)

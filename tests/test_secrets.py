@@ -67,3 +67,6 @@ async def test_a_referenced_secret_is_used_but_never_stored_or_snapshotted(make_
         config = [r.config for r in await ator.db.read(sa.select(setups.c.config))]
         assert all(value.encode() not in bytes(row.ciphertext) for row in stored)
         assert value not in json.dumps(snapshot) and value not in json.dumps(config)
+        # The reference itself stays visible: it names the secret without revealing it.
+        ours = [s for s in snapshot if s.get("setup", {}).get("id") == str(setup.id)]
+        assert [s["setup"]["config"]["api_key"] for s in ours] == ["secret:anthropic"]

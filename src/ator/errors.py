@@ -20,6 +20,8 @@ Third-party exceptions are mapped once, at the boundary that calls them
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AtorError",
     "BudgetExceeded",
@@ -91,9 +93,23 @@ class Forbidden(AtorError):
 
 
 class ValidationFailed(AtorError):
+    """Bad input. `errors` says where and why, in the shape of a request validation error:
+    `[{"loc": ["config", "headers", "Host"], "msg": "...", "type": "<code>"}]`."""
+
     kind = "validation"
     code = "validation_failed"
     status = 422
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        errors: list[dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(message, code=code, status=status)
+        self.errors = list(errors or [])
 
 
 class RateLimited(AtorError):

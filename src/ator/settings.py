@@ -85,6 +85,13 @@ class Settings(BaseSettings):
     anthropic_base_url: str | None = None
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
+    # May a setup name its own provider endpoint (config.base_url / config.headers)? The
+    # egress guard and the credential rule apply when it may; false refuses such setups.
+    tenant_endpoints: bool = True
+    # Ceiling on a setup's config.timeout (seconds per provider request).
+    max_provider_timeout: float = Field(default=600.0, gt=0)
+    # Where a setup's config.model_path (provider "local") may point; unset: nowhere.
+    local_models_dir: Path | None = None
 
     # Money. Prices come from the genai-prices library; these override or add models by
     # exact id (ATOR_PRICES wins over ATOR_PRICES_FILE).

@@ -28,12 +28,13 @@ async def test_a_turn_with_a_tool_call_then_an_idempotent_resend(api: Client) ->
     setup = await api.create_setup(script_setup(
         {"tool_calls": [{"name": "calculator", "input": {"expression": "6*7"}}]},
         {"text": "It is 42."},
-        # Not a secret-named key, so accepted; but it looks like a credential, so every
-        # view of the config (setup, turn snapshot) must redact it.
-        note=FAKE_CREDENTIAL,
-        api_key="secret:E2E_UNUSED",  # a reference names a secret without revealing it
+        # A step never played, in free text (so accepted); but it looks like a credential,
+        # so every view of the config (setup, turn snapshot) must redact it.
+        {"text": FAKE_CREDENTIAL},
+        # (A scripted setup takes no api_key: references in snapshots are checked in
+        # tests/test_setup_config.py and tests/test_secrets.py.)
     ))
-    assert setup["config"]["note"] == "[redacted]"
+    assert setup["config"]["script"][2]["text"] == "[redacted]"
     thread = await api.create_thread(setup["id"])
     assert thread["busy"] is False
 
@@ -68,8 +69,7 @@ async def test_a_turn_with_a_tool_call_then_an_idempotent_resend(api: Client) ->
     snapshot = turn["config_snapshot"]
     assert snapshot["setup"]["id"] == setup["id"]
     assert snapshot["setup"]["version"] == setup["version"]
-    assert snapshot["setup"]["config"]["note"] == "[redacted]"
-    assert snapshot["setup"]["config"]["api_key"] == "secret:E2E_UNUSED"
+    assert snapshot["setup"]["config"]["script"][2]["text"] == "[redacted]"
     assert FAKE_CREDENTIAL not in str(turn)
     assert end["data"]["usage"]["input_tokens"] == 20
 

@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ator.errors import AtorError, RateLimited
+from ator.errors import AtorError, RateLimited, ValidationFailed
 from ator.obs.logging import get_logger
 
 __all__ = ["install_problem_handlers", "problem"]
@@ -53,7 +53,10 @@ def install_problem_handlers(app: FastAPI) -> None:
             headers = {"Retry-After": str(max(1, int(exc.retry_after + 0.999)))}
         if exc.status >= 500:
             log.error("request failed", extra={"code": exc.code, "detail": exc.message})
-        return problem(exc.status, exc.code, exc.message, headers=headers)
+        extra: dict[str, Any] = {}
+        if isinstance(exc, ValidationFailed) and exc.errors:
+            extra["errors"] = exc.errors
+        return problem(exc.status, exc.code, exc.message, headers=headers, **extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,4 +1,10 @@
-"""Request bodies (layer: api; imports pydantic). Every body is validated before use."""
+"""Request bodies (layer: api; imports pydantic). Every body is validated before use.
+
+The free-form fields (a setup's `config` and `tool_policy`, a thread's `metadata`) are typed
+and bounded by the runtime where they are written (`providers.config`, `tools.policy`,
+`security.limits`), so the Python API and the HTTP API refuse the same things with the same
+422 codes; the descriptions here say what they accept.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,18 @@ __all__ = [
 ]
 
 Name = Field(min_length=1, max_length=200)
+
+_CONFIG = (
+    "Provider options, checked per provider with unknown keys refused. anthropic/openai: "
+    "api_key, auth_token ('secret:NAME' references only), base_url (http/https, no user "
+    "info), headers (at most 32; no credential, hop-by-hop or routing names), timeout "
+    "(seconds, up to the operator's ceiling), prompt_cache, caps. scripted: script, "
+    "repeat_last, prompt_cache, caps. local: model_path (inside the operator's models "
+    "directory), prompt_cache, caps. At most 256 KiB as JSON, 32 levels deep."
+)
+_TOOL_POLICY = ('{"allow": [tool names] | null, "deny": [tool names]}; allow null or absent '
+                "means every tool, [] none; deny wins.")
+_METADATA = "Free-form JSON of the caller's: at most 64 KiB, 16 levels deep, 2000 values."
 
 
 class _Body(BaseModel):
@@ -58,8 +76,8 @@ class SetupIn(_Body):
     provider: str = Field(min_length=1, max_length=50)
     model: str = Field(min_length=1, max_length=200)
     persona: str = Field(default="", max_length=50_000)
-    config: dict[str, Any] = Field(default_factory=dict)
-    tool_policy: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict, description=_CONFIG)
+    tool_policy: dict[str, Any] = Field(default_factory=dict, description=_TOOL_POLICY)
 
 
 class SetupPatch(_Body):
@@ -67,15 +85,19 @@ class SetupPatch(_Body):
     provider: str | None = Field(default=None, min_length=1, max_length=50)
     model: str | None = Field(default=None, min_length=1, max_length=200)
     persona: str | None = Field(default=None, max_length=50_000)
-    config: dict[str, Any] | None = None
-    tool_policy: dict[str, Any] | None = None
+    config: dict[str, Any] | None = Field(
+        default=None,
+        description=_CONFIG + " Replaces the whole config; a '[redacted]' placeholder (as GET "
+        "shows) keeps the stored value at that place.",
+    )
+    tool_policy: dict[str, Any] | None = Field(default=None, description=_TOOL_POLICY)
 
 
 class ThreadIn(_Body):
     setup_id: UUID
     title: str = Field(default="", max_length=500)
     instructions: str = Field(default="", max_length=50_000)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict, description=_METADATA)
 
 
 class MessageIn(_Body):

@@ -1,4 +1,7 @@
-"""Setups: CRUD and archive (layer: api). Reading needs viewer; writing needs admin."""
+"""Setups: CRUD and archive (layer: api). Reading needs viewer; writing needs admin.
+
+Creating and patching both go through the runtime (`Ator.create_setup` / `update_setup`),
+which validates the setup as it would be stored: a bad value is a 422 naming the field."""
 
 from __future__ import annotations
 
@@ -50,11 +53,8 @@ async def patch_setup(
     setup_id: UUID, body: SetupPatch, p: Principal = Depends(require("admin")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    current = await setup_store.get_setup(ator.db, p.scope, setup_id)
-    ator.validate_setup(body.provider or current.provider,
-                        body.config if body.config is not None else current.config)
     changes = body.model_dump(exclude_unset=True)
-    return views.setup(await setup_store.update_setup(ator.db, p.scope, setup_id, **changes))
+    return views.setup(await ator.update_setup(p.scope, setup_id, **changes))
 
 
 @router.delete("/{setup_id}")

@@ -39,11 +39,13 @@ from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
 from ator.engine.turn import TurnRunner
 from ator.engine.wire import event_frame, thread_channel
-from ator.errors import ValidationFailed
+from ator.errors import ConfigError, Conflict, ValidationFailed
 from ator.providers.base import Provider
+from ator.providers.config import ConfigPolicy, ProviderConfig, parse_provider_config
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey, load_or_create_key_file
-from ator.security.redact import is_secret_key
+from ator.security.limits import refuse
+from ator.security.redact import restore_redacted
 from ator.settings import Settings
 from ator.store import events as event_store
 from ator.store import mailbox as mailbox_store
@@ -57,6 +59,7 @@ from ator.store.records import Event, MailboxItem, Org, Setup, Thread, Turn
 from ator.store.scope import Scope
 from ator.tools.base import Tool
 from ator.tools.builtin import builtin_tools
+from ator.tools.policy import parse_tool_policy
 from ator.tools.toolset import StaticToolset, Toolset
 
 __all__ = ["Ator", "TurnResult"]
@@ -75,23 +78,6 @@ class TurnResult:
     usage: dict[str, Any]
     cost_usd: Decimal
     events: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _check_no_clear_secrets(value: Any, path: str = "config") -> None:
-    """Configs may hold secret *references* only; a clear credential is refused."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            where = f"{path}.{k}"
-            if is_secret_key(str(k)) and isinstance(v, str) and v and not v.startswith("secret:"):
-                raise ValidationFailed(
-                    f"{where} looks like a credential; store it with put_secret and reference "
-                    "it as 'secret:NAME'",
-                    code="secret_in_config",
-                )
-            _check_no_clear_secrets(v, where)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_no_clear_secrets(v, f"{path}[{i}]")
 
 
 class Ator:
@@ -222,15 +208,30 @@ class Ator:
     async def put_secret(self, scope: Scope, name: str, value: str) -> None:
         await secret_store.put_secret(self.db, self.master_key, scope, name, value)
 
-    def validate_setup(self, provider: str, config: Mapping[str, Any] | None) -> None:
+    def validate_setup(
+        self,
+        provider: str,
+        config: Mapping[str, Any] | None,
+        tool_policy: Mapping[str, Any] | None = None,
+    ) -> ProviderConfig:
+        """Check a setup's provider, config (`providers.config`), caps and tool policy as
+        they would be stored. Raises ValidationFailed (422, field path in `errors`) or
+        Forbidden (403 `tenant_endpoints_disabled`)."""
         if provider not in self.providers.known():
             raise ValidationFailed(
                 f"unknown provider {provider!r}; known: {', '.join(self.providers.known())}",
                 code="unknown_provider",
             )
-        config = dict(config or {})
-        _check_no_clear_secrets(config)
-        Caps.from_config(config.get("caps"), self.settings.cap_ceilings)
+        parsed = parse_provider_config(provider, config,
+                                       ConfigPolicy.from_settings(self.settings))
+        try:
+            Caps.from_config(parsed.caps, self.settings.cap_ceilings)
+        except ConfigError as exc:
+            code = exc.code if exc.code != ConfigError.code else "invalid_cap"
+            raise refuse(("config", "caps"), exc.message, code) from None
+        if tool_policy is not None:
+            parse_tool_policy(tool_policy)
+        return parsed
 
     async def create_setup(
         self,
@@ -243,11 +244,33 @@ class Ator:
         config: dict[str, Any] | None = None,
         tool_policy: dict[str, Any] | None = None,
     ) -> Setup:
-        self.validate_setup(provider, config)
+        self.validate_setup(provider, config, tool_policy)
         return await setup_store.create_setup(
             self.db, scope, name=name, provider=provider, model=model, persona=persona,
             config=config, tool_policy=tool_policy,
         )
+
+    async def update_setup(self, scope: Scope, setup_id: UUID, **changes: Any) -> Setup:
+        """Apply `changes` (name, provider, model, persona, config, tool_policy; None
+        leaves a field as it is) after validating the setup as it would then be, exactly as
+        `create_setup` does. A "[redacted]" in `config` keeps the stored value at that path,
+        so a config sent back as GET returned it is accepted unchanged. A concurrent update
+        makes it re-read and re-validate (Conflict `setup_changed` after 3 tries)."""
+        for _ in range(3):
+            current = await setup_store.get_setup(self.db, scope, setup_id)
+            wanted = {k: v for k, v in changes.items() if v is not None}
+            if "config" in wanted:
+                wanted["config"] = restore_redacted(wanted["config"], current.config)
+            self.validate_setup(wanted.get("provider", current.provider),
+                                wanted.get("config", current.config),
+                                wanted.get("tool_policy"))
+            try:
+                return await setup_store.update_setup(
+                    self.db, scope, setup_id, expected_version=current.version, **wanted)
+            except Conflict:
+                continue
+        raise Conflict("the setup kept changing while this update was validated; retry",
+                       code="setup_changed")
 
     async def create_thread(
         self,

@@ -1,8 +1,10 @@
 """Setups: which model and provider a thread uses, its persona, caps and tool policy
-(layer: store; imports sqlalchemy, ator.store.*).
+(layer: store; imports sqlalchemy, ator.store.*, ator.security.limits).
 
 A setup's `config` may name secrets only by reference ("secret:NAME"); resolving them is the
-engine's business at turn start, and the resolved value is never written back.
+engine's business at turn start, and the resolved value is never written back. Checking
+config and tool policy is the engine's (`Ator.validate_setup`); this module refuses only text
+longer than a setup's fields hold.
 """
 
 from __future__ import annotations
@@ -13,13 +15,23 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from ator.errors import NotFound
+from ator.errors import Conflict, NotFound
+from ator.security.limits import PERSONA_CHARS, check_text
 from ator.store.database import Database, first
 from ator.store.records import Setup
 from ator.store.schema import setups
 from ator.store.scope import Scope
 
 __all__ = ["archive_setup", "create_setup", "get_setup", "list_setups", "update_setup"]
+
+_TEXT_LIMITS = {"name": 200, "provider": 50, "model": 200, "persona": PERSONA_CHARS}
+
+
+def _check_texts(values: dict[str, Any]) -> None:
+    for field, limit in _TEXT_LIMITS.items():
+        value = values.get(field)
+        if isinstance(value, str):
+            check_text(value, (field,), limit)
 
 
 def _setup(row: Any) -> Setup:
@@ -49,6 +61,7 @@ async def create_setup(
     config: dict[str, Any] | None = None,
     tool_policy: dict[str, Any] | None = None,
 ) -> Setup:
+    _check_texts({"name": name, "provider": provider, "model": model, "persona": persona})
     stmt = (
         setups.insert()
         .values(
@@ -82,18 +95,31 @@ async def list_setups(db: Database, scope: Scope, *, include_archived: bool = Fa
     return [_setup(r) for r in rows]
 
 
-async def update_setup(db: Database, scope: Scope, setup_id: UUID, **changes: Any) -> Setup:
-    """Apply changes and bump the version, so turn snapshots can tell versions apart."""
+async def update_setup(
+    db: Database, scope: Scope, setup_id: UUID, *, expected_version: int | None = None,
+    **changes: Any,
+) -> Setup:
+    """Apply changes and bump the version, so turn snapshots can tell versions apart.
+
+    With `expected_version`, the update applies only to that version: raises Conflict
+    (`setup_changed`) when the setup was changed meanwhile, NotFound when it is gone."""
     allowed = {"name", "provider", "model", "persona", "config", "tool_policy"}
     values = {k: v for k, v in changes.items() if k in allowed and v is not None}
+    _check_texts(values)
+    where = [setups.c.id == setup_id, setups.c.org_id == scope.org_id]
+    if expected_version is not None:
+        where.append(setups.c.version == expected_version)
     stmt = (
         setups.update()
-        .where(setups.c.id == setup_id, setups.c.org_id == scope.org_id)
+        .where(*where)
         .values(**values, version=setups.c.version + 1, updated_at=sa.func.now())
         .returning(setups)
     )
     row = first(await db.write(stmt))
     if row is None:
+        if expected_version is not None:
+            await get_setup(db, scope, setup_id)  # NotFound when it is gone
+            raise Conflict("the setup was changed by another request", code="setup_changed")
         raise NotFound("setup not found")
     return _setup(row)
 

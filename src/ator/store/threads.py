@@ -1,8 +1,10 @@
 """Threads: one conversation each, and one actor each (layer: store; imports sqlalchemy,
-ator.store.*).
+ator.store.*, ator.security.limits).
 
 A thread belongs to one setup of its org; subagent threads record parent, root and depth.
 Deleting moves a thread to the trash (`deleted_at`); a trashed thread accepts no messages.
+Title, instructions and metadata are bounded here, where every thread is written, so nothing
+is stored that a later read cannot return (`security.limits`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from ator.errors import NotFound, ValidationFailed
+from ator.security.limits import (
+    INSTRUCTIONS_CHARS,
+    THREAD_METADATA,
+    TITLE_CHARS,
+    check_json,
+    check_text,
+)
 from ator.store.database import Database, first
 from ator.store.records import Thread
 from ator.store.schema import setups, threads
@@ -52,7 +61,11 @@ async def create_thread(
     parent: Thread | None = None,
 ) -> Thread:
     """Create a thread on a live setup of the same org (one statement: the setup check and the
-    insert are a single INSERT … SELECT)."""
+    insert are a single INSERT … SELECT). Raises ValidationFailed when title, instructions
+    or metadata cross their bounds."""
+    check_text(title, ("title",), TITLE_CHARS)
+    check_text(instructions, ("instructions",), INSTRUCTIONS_CHARS)
+    check_json(metadata or {}, THREAD_METADATA, ("metadata",))
     thread_id = uuid.uuid4()
     source = sa.select(
         sa.literal(thread_id, sa.Uuid).label("id"),
