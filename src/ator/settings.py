@@ -7,10 +7,11 @@ passed down through constructors. Nothing below the edge reads `os.environ`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Any
 
 import platformdirs
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["Settings"]
 
@@ -47,6 +48,20 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
 
+    # A tenant's setup may name its own base_url/headers; false refuses them at turn time.
+    tenant_endpoints: bool = True
+    # Built provider clients kept for reuse (LRU; an evicted idle client is closed).
+    provider_cache_size: int = Field(default=64, ge=1)
+
+    # Egress (net/): every outbound connection is refused to loopback, private, link-local and
+    # reserved addresses, and needs https, unless its host or address is allowlisted here:
+    # comma-separated host names and IPs/CIDRs, e.g. `127.0.0.1,llm.internal,10.0.0.0/8`.
+    egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
+    egress_connect_timeout: float = Field(default=10.0, gt=0)
+    egress_read_timeout: float = Field(default=600.0, gt=0)
+    egress_max_response_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    egress_max_redirects: int = Field(default=5, ge=0)
+
     # Money.
     budget_fail_closed: bool = True
 
@@ -62,3 +77,10 @@ class Settings(BaseSettings):
     # Logs: JSON when not on a terminal, unless forced.
     log_json: bool | None = None
     log_level: str = "INFO"
+
+    @field_validator("egress_allow", mode="before")
+    @classmethod
+    def _split_allow(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
