@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Final
+from urllib.parse import urlsplit
 
 from ator.errors import ConfigError, EgressBlocked
 from ator.net.addresses import IPAddress, embedded_ipv4, parse_ip, refusal
@@ -118,6 +119,25 @@ class EgressGuard:
     def __init__(self, policy: EgressPolicy, resolver: Resolver | None = None) -> None:
         self.policy = policy
         self.resolver: Resolver = resolver or SystemResolver()
+
+    def check_url(self, url: str) -> None:
+        """Judge what can be judged without DNS, when a URL is accepted (e.g. a setup's
+        base_url): the scheme, and a host that is an address in any spelling (`0177.0.0.1`,
+        which httpx would otherwise reject as malformed rather than refuse). The transport
+        still admits every request. Raises EgressBlocked, or ConfigError for a malformed URL."""
+        try:
+            parts = urlsplit(url)
+            host = parts.hostname or ""
+        except ValueError as exc:
+            raise ConfigError(f"not a valid URL: {url!r}") from exc
+        if parts.scheme not in ("http", "https"):
+            raise EgressBlocked(host or url, f"scheme {parts.scheme!r} is not http or https")
+        if not host:
+            raise ConfigError(f"URL has no host: {url!r}")
+        ip = parse_ip(host)
+        allowed = self.policy.allows_host(host) or (ip is not None and self.policy.allows_ip(ip))
+        if ip is not None and not allowed and (why := refusal(ip)) is not None:
+            raise EgressBlocked(host, f"address {ip} is {why}; not in ATOR_EGRESS_ALLOW")
 
     async def admit(self, scheme: str, host: str, port: int) -> Destination:
         """Resolve `host` once and check every address. Raises EgressBlocked naming the host

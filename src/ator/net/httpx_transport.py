@@ -175,7 +175,7 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
             method = "GET"
         headers = httpx.Headers(request.headers)
-        del headers["host"]
+        headers["host"] = url.netloc.decode("ascii")  # Request(stream=...) adds no Host itself
         if _origin(url) != _origin(request.url):
             for name in self._secret:
                 headers.pop(name, None)

@@ -165,6 +165,7 @@ class ProviderRegistry:
         auth_token = await _credential(config.get("auth_token"), resolve)
         named = api_key is not None or auth_token is not None
         if tenant_url:
+            self._egress.guard.check_url(tenant_url)
             # The credential rule: the process key never follows a setup to its own endpoint.
             if not named and name == "anthropic":
                 raise ConfigError(
