@@ -10,6 +10,7 @@ guard still judges every request.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterable, Mapping
 
 import httpx
@@ -28,6 +29,10 @@ class Egress:
 
     def __init__(self, policy: EgressPolicy, resolver: Resolver | None = None) -> None:
         self.guard = EgressGuard(policy, resolver)
+        # One TLS context per stack, shared by every client: loading the trust store costs
+        # about 0.7 MB per context, which per provider client was most of its memory.
+        self._tls: ssl.SSLContext | None = None
+        self._tls2: ssl.SSLContext | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, resolver: Resolver | None = None) -> Egress:
@@ -48,6 +53,10 @@ class Egress:
     ) -> httpx.AsyncClient:
         """An httpx client whose every request passes the guard. `timeout` (seconds) is
         further capped by the policy; `transport` replaces the pinned pool (tests)."""
+        if transport is None:
+            if self._tls is None:
+                self._tls = httpx.create_ssl_context(trust_env=False)
+            transport = httpx_transport.pinned_http_transport(verify=self._tls)
         guarded = httpx_transport.GuardedTransport(
             self.guard, inner=transport, secret_headers=secret_headers
         )
@@ -66,6 +75,10 @@ class Egress:
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> httpx2.AsyncClient:
         """The same for httpx2, the transport of the anthropic and openai SDKs."""
+        if transport is None:
+            if self._tls2 is None:
+                self._tls2 = httpx2.create_ssl_context(trust_env=False)
+            transport = httpx2_transport.pinned_http_transport(verify=self._tls2)
         guarded = httpx2_transport.GuardedTransport(
             self.guard, inner=transport, secret_headers=secret_headers
         )
