@@ -300,6 +300,16 @@ def test_the_httpx2_transport_is_the_httpx_one_renamed() -> None:
     assert renamed == body("httpx2_transport.py")
 
 
+async def test_every_client_shares_one_tls_context() -> None:
+    # A trust store per client was most of a provider client's memory (+240 MB for 300).
+    egress = Egress(EgressPolicy())
+    async with egress.httpx2_client() as c1, egress.httpx2_client() as c2, \
+            egress.httpx_client() as c3, egress.httpx_client() as c4:
+        pools = [c._transport._inner._pool for c in (c1, c2, c3, c4)]  # type: ignore[attr-defined]
+        assert pools[0]._ssl_context is pools[1]._ssl_context is not None
+        assert pools[2]._ssl_context is pools[3]._ssl_context is not None
+
+
 def test_net_exports_resolve() -> None:
     for name in ator.net.__all__:
         assert hasattr(ator.net, name), name
@@ -365,6 +375,8 @@ async def test_the_cache_keys_on_every_client_argument_and_is_bounded() -> None:
         for i in range(20):
             await registry.build("openai", {"headers": {"x-n": str(i)}}, _secret)
         assert registry.cached == 3
+        for evicted in (a, b, c, d):  # idle when evicted: closed at once
+            assert evicted._entry.provider._client.is_closed()  # type: ignore[attr-defined]
     finally:
         await registry.aclose()
 
