@@ -397,6 +397,16 @@ async def test_an_evicted_client_closes_once_idle_and_not_before() -> None:
         assert registry.cached == 0
 
 
+async def test_a_leased_provider_stays_open_until_the_lease_ends() -> None:
+    registry = ProviderRegistry(_settings(provider_cache_size=1))
+    async with registry.lease("openai", {}, _secret) as leased:
+        await registry.build("openai", {"timeout": 5}, _secret)  # evicts the leased one
+        client = leased._entry.provider._client  # type: ignore[attr-defined]
+        assert registry.cached == 1 and not client.is_closed()
+    assert client.is_closed()
+    await registry.aclose()
+
+
 async def test_a_refusal_inside_the_sdk_stays_typed_and_is_not_retried() -> None:
     # A name passes the build-time check; the refusal happens in the transport, under the SDK.
     registry = ProviderRegistry(

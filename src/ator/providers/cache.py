@@ -8,13 +8,14 @@ registry hands out is a thin view that counts running streams for exactly that p
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
 from ator.providers.base import ModelRequest, Provider, StreamEvent
 
-__all__ = ["ProviderCache"]
+__all__ = ["CachedProvider", "ProviderCache"]
 
 Closer = Callable[[], Awaitable[None]]
 
@@ -26,7 +27,7 @@ class _Entry:
     active: int = 0
     retired: bool = False
     closed: bool = False
-    view: _Counted | None = field(default=None)
+    view: CachedProvider | None = field(default=None)
 
     async def close_if_idle(self) -> None:
         if self.retired and self.active == 0 and not self.closed:
@@ -35,12 +36,24 @@ class _Entry:
                 await close()
 
 
-class _Counted:
+class CachedProvider:
     """The provider as the registry hands it out: same name, same stream, counted."""
 
     def __init__(self, entry: _Entry) -> None:
         self._entry = entry
         self.name = entry.provider.name
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[Provider]:
+        """Keep the client open for the block even if it is evicted meanwhile (a turn holds
+        its provider from build to its last model call)."""
+        entry = self._entry
+        entry.active += 1
+        try:
+            yield self
+        finally:
+            entry.active -= 1
+            await entry.close_if_idle()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         entry = self._entry
@@ -65,7 +78,7 @@ class ProviderCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Hashable) -> Provider | None:
+    def get(self, key: Hashable) -> CachedProvider | None:
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -73,11 +86,11 @@ class ProviderCache:
         assert entry.view is not None
         return entry.view
 
-    async def put(self, key: Hashable, provider: Provider, closers: list[Closer]) -> Provider:
+    async def put(self, key: Hashable, provider: Provider, closers: list[Closer]) -> CachedProvider:
         """Keep `provider` under `key` (closed later with `closers`, in order) and return the
         view to hand out. Evicts, and closes when idle, the least recently used beyond size."""
         entry = _Entry(provider, closers)
-        entry.view = _Counted(entry)
+        entry.view = CachedProvider(entry)
         old = self._entries.pop(key, None)
         self._entries[key] = entry
         if old is not None:

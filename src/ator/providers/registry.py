@@ -16,15 +16,16 @@ cache key never appears in a snapshot or a log.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from ator.errors import ConfigError
 from ator.net import Egress
 from ator.providers.base import Provider
-from ator.providers.cache import ProviderCache
+from ator.providers.cache import CachedProvider, ProviderCache
 from ator.settings import Settings
 
 __all__ = [
@@ -92,6 +93,19 @@ class ProviderRegistry:
 
     def known(self) -> list[str]:
         return sorted({*KNOWN_PROVIDERS, *self._overrides})
+
+    @contextlib.asynccontextmanager
+    async def lease(
+        self, name: str, config: Mapping[str, Any], resolve: SecretResolver
+    ) -> AsyncIterator[Provider]:
+        """`build`, holding the provider's client open until the block ends even if the cache
+        evicts it meanwhile (`build` alone protects only while a stream runs)."""
+        provider = await self.build(name, config, resolve)
+        if not isinstance(provider, CachedProvider):  # an override: not the cache's to close
+            yield provider
+            return
+        async with provider.held() as held:
+            yield held
 
     async def build(
         self, name: str, config: Mapping[str, Any], resolve: SecretResolver
