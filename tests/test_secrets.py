@@ -47,7 +47,7 @@ async def test_setups_refuse_clear_credentials(make_ator) -> None:
 async def test_a_referenced_secret_is_used_but_never_stored_or_snapshotted(make_ator) -> None:
     value = "sk-ant-test-" + base64.b16encode(os.urandom(8)).decode()
     wire_fake = AnthropicWireFake([Reply(text="hello from the wire")])
-    async with wire_fake as wire, make_ator() as ator:
+    async with wire_fake as wire, make_ator(egress_allow="127.0.0.1") as ator:
         org = await ator.create_org("o")
         scope = Scope(org.id)
         await ator.put_secret(scope, "anthropic", value)

@@ -10,6 +10,7 @@
     ├── BudgetExceeded             org monthly budget or a per-turn cap hit (402)
     ├── SecretError                a secret reference cannot be resolved
     ├── CoordinationError          lease/pubsub backend trouble (retryable)
+    ├── EgressBlocked              the egress guard refused a destination (net/)
     ├── ProviderError              a model call failed; kind is the typed error_kind
     │   └── ContextOverflow        the request does not fit the window
     └── ToolError                  a tool failed; becomes an is_error tool_result
@@ -29,6 +30,7 @@ __all__ = [
     "Conflict",
     "ContextOverflow",
     "CoordinationError",
+    "EgressBlocked",
     "Forbidden",
     "NotFound",
     "ProviderError",
@@ -140,6 +142,21 @@ class CoordinationError(AtorError):
     code = "coordination_unavailable"
     status = 503
     retryable = True
+
+
+class EgressBlocked(AtorError):
+    """The egress guard refused an outbound connection: `host` is the name (or address) asked
+    for, `rule` the check that refused it (e.g. "address 10.0.0.1 is private", "https
+    required"). Never retryable: the same destination is refused again."""
+
+    kind = "egress"
+    code = "egress_blocked"
+    status = 400
+
+    def __init__(self, host: str, rule: str) -> None:
+        super().__init__(f"egress to {host!r} refused: {rule}")
+        self.host = host
+        self.rule = rule
 
 
 class ProviderError(AtorError):

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["CapCeilings", "PriceSetting", "Settings"]
 
@@ -93,6 +93,18 @@ class Settings(BaseSettings):
     # Where a setup's config.model_path (provider "local") may point; unset: nowhere.
     local_models_dir: Path | None = None
 
+    # Built provider clients kept for reuse (LRU; an evicted idle client is closed).
+    provider_cache_size: int = Field(default=64, ge=1)
+
+    # Egress (net/): every outbound connection is refused to loopback, private, link-local and
+    # reserved addresses, and needs https, unless its host or address is allowlisted here:
+    # comma-separated host names and IPs/CIDRs, e.g. `127.0.0.1,llm.internal,10.0.0.0/8`.
+    egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
+    egress_connect_timeout: float = Field(default=10.0, gt=0)
+    egress_read_timeout: float = Field(default=600.0, gt=0)
+    egress_max_response_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    egress_max_redirects: int = Field(default=5, ge=0)
+
     # Money. Prices come from the genai-prices library; these override or add models by
     # exact id (ATOR_PRICES wins over ATOR_PRICES_FILE).
     budget_fail_closed: bool = True
@@ -137,3 +149,10 @@ class Settings(BaseSettings):
         if isinstance(inline, str):
             inline = json.loads(inline)
         return {**data, "prices": {**loaded, **inline}}
+
+    @field_validator("egress_allow", mode="before")
+    @classmethod
+    def _split_allow(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value

@@ -214,14 +214,16 @@ class TurnRunner:
         async def resolve(name: str) -> str:
             return await secret_store.reveal(self.db, self.master_key, scope, name)
 
-        provider = await self.providers.build(start.provider, start.config, resolve)
         tools = TurnTools(self.toolsets, allow=frozen.allow, deny=frozen.deny,
                           description_limit=frozen.caps.tool_description_chars)
         gate = BudgetGate(db=self.db, prices=self.prices, limit=start.monthly_budget_usd,
                           fail_closed=self.budget_fail_closed)
-        return await run_loop(turn, state, provider=provider, tools=tools, sink=writer,
-                              prices=self.prices, hooks=[gate, *self.hooks],
-                              services=self.services)
+        # A lease keeps the provider's client open for the whole turn even if the cache
+        # evicts it meanwhile.
+        async with self.providers.lease(start.provider, start.config, resolve) as provider:
+            return await run_loop(turn, state, provider=provider, tools=tools, sink=writer,
+                                  prices=self.prices, hooks=[gate, *self.hooks],
+                                  services=self.services)
 
 
 def _stopped(reason: str) -> tuple[str, str | None]:

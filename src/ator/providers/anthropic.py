@@ -21,7 +21,8 @@ import anthropic
 import httpx2
 from anthropic import types as wire
 
-from ator.errors import ConfigError, ContextOverflow, ProviderError
+from ator.errors import AtorError, ConfigError, ContextOverflow, ProviderError
+from ator.net.guard import egress_refusal
 from ator.providers.base import (
     STOP_REASONS,
     Message,
@@ -355,7 +356,9 @@ def _stop_reason(reason: str | None) -> str:
 # --------------------------------------------------------------------------- error mapping
 
 
-def _map_error(exc: Exception) -> ProviderError:
+def _map_error(exc: Exception) -> AtorError:
+    if (refused := egress_refusal(exc)) is not None:
+        return refused  # the egress guard refused the URL: typed, never retried as "network"
     if isinstance(exc, anthropic.APIStatusError):
         return _status_error(exc)
     if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):

@@ -21,7 +21,8 @@ from typing import Any, Final, Literal, Self
 import httpx2
 import openai
 
-from ator.errors import ContextOverflow, ProviderError
+from ator.errors import AtorError, ContextOverflow, ProviderError
+from ator.net.guard import egress_refusal
 from ator.providers.base import (
     Message,
     MessageStop,
@@ -365,7 +366,9 @@ def _tool_stop(call_id: str, raw: str) -> ToolUseStop:
 # --------------------------------------------------------------------------- error mapping
 
 
-def _map_error(exc: Exception) -> ProviderError:
+def _map_error(exc: Exception) -> AtorError:
+    if (refused := egress_refusal(exc)) is not None:
+        return refused  # the egress guard refused the URL: typed, never retried as "network"
     if isinstance(exc, openai.APIStatusError):
         return _status_error(exc)
     if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):

@@ -1,20 +1,31 @@
-"""Building the provider a setup names (layer: providers; imports providers.*, errors).
+"""Building the provider a setup names (layer: providers; imports providers.*, net, errors,
+settings).
 
-Credentials come from the setup's config as secret references ("secret:NAME", resolved by the
-engine through the org's encrypted secrets) or from process settings. Built clients are
-cached by (provider, base URL, credential fingerprint) so HTTP connections are reused across
-turns; a cache entry never appears in a snapshot or a log.
+Every HTTP provider is built on a client from the egress factory (`net.Egress`), so its
+connections pass the SSRF guard. Credentials come from the setup's config as secret references
+("secret:NAME", resolved by the engine through the org's encrypted secrets) or, under one rule,
+from process settings: the process-wide key (ATOR_*_API_KEY) goes only to the process-wide
+endpoint (ATOR_*_BASE_URL or the SDK default). A setup that names its own `base_url` brings its
+own credential or none (an OpenAI-compatible server without auth) and never inherits the
+process key. With ATOR_TENANT_ENDPOINTS=false, a setup's `base_url` and `headers` are refused.
+
+Built providers are cached (bounded LRU, `ProviderCache`) under a fingerprint of every argument
+the client is built with, so two setups share a client only when it would be identical; a
+cache key never appears in a snapshot or a log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from ator.errors import ConfigError
+from ator.net import Egress
 from ator.providers.base import Provider
+from ator.providers.cache import CachedProvider, ProviderCache
 from ator.settings import Settings
 
 __all__ = [
@@ -54,47 +65,72 @@ def default_provider(settings: Settings) -> tuple[str, str]:
 
 
 class ProviderRegistry:
-    def __init__(self, settings: Settings, overrides: Mapping[str, Provider] | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        overrides: Mapping[str, Provider] | None = None,
+        *,
+        egress: Egress | None = None,
+    ) -> None:
         self._settings = settings
         self._overrides = dict(overrides or {})
-        self._cache: dict[tuple[str, ...], Provider] = {}
+        self._egress = egress or Egress.from_settings(settings)
+        self._cache = ProviderCache(settings.provider_cache_size)
 
     def register(self, name: str, provider: Provider) -> None:
         """Make `name` resolve to this instance (tests, embedders with custom models)."""
         self._overrides[name] = provider
 
     async def aclose(self) -> None:
-        """Close the HTTP clients of every provider this registry built."""
-        cached = list(self._cache.values())
-        self._cache.clear()
-        for provider in cached:
-            aclose = getattr(provider, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        """Close the HTTP clients of every provider this registry built (a client still
+        streaming closes when its stream ends)."""
+        await self._cache.aclose()
+
+    @property
+    def cached(self) -> int:
+        """How many built providers the cache holds now."""
+        return len(self._cache)
 
     def known(self) -> list[str]:
         return sorted({*KNOWN_PROVIDERS, *self._overrides})
 
+    @contextlib.asynccontextmanager
+    async def lease(
+        self, name: str, config: Mapping[str, Any], resolve: SecretResolver
+    ) -> AsyncIterator[Provider]:
+        """`build`, holding the provider's client open until the block ends even if the cache
+        evicts it meanwhile (`build` alone protects only while a stream runs)."""
+        provider = await self.build(name, config, resolve)
+        if not isinstance(provider, CachedProvider):  # an override: not the cache's to close
+            yield provider
+            return
+        async with provider.held() as held:
+            yield held
+
     async def build(
         self, name: str, config: Mapping[str, Any], resolve: SecretResolver
     ) -> Provider:
+        """The provider for a setup's (provider, config). Raises ConfigError for an unknown
+        provider, a refused endpoint or a missing credential; SecretError when a referenced
+        secret cannot be read."""
         if name in self._overrides:
             return self._overrides[name]
         if name == "scripted":
             key = ("scripted", json.dumps(config.get("script"), sort_keys=True),
                    str(config.get("repeat_last")))
-            if key not in self._cache:
-                from ator.providers.scripted import ScriptedProvider
+            if (cached := self._cache.get(key)) is not None:
+                return cached
+            from ator.providers.scripted import ScriptedProvider
 
-                self._cache[key] = ScriptedProvider.from_config(dict(config))
-            return self._cache[key]
+            return await self._cache.put(key, ScriptedProvider.from_config(dict(config)), [])
         if name == "local":
             key = ("local", str(config.get("model_path", "")), "")
-            if key not in self._cache:
-                from ator.providers.local import LocalProvider
+            if (cached := self._cache.get(key)) is not None:
+                return cached
+            from ator.providers.local import LocalProvider
 
-                self._cache[key] = LocalProvider(model_path=config.get("model_path"))
-            return self._cache[key]
+            local = LocalProvider(model_path=config.get("model_path"))
+            return await self._cache.put(key, local, _closers(local))
         if name in ("anthropic", "openai"):
             return await self._http_provider(name, config, resolve)
         raise ConfigError(f"unknown provider {name!r}; known: {', '.join(self.known())}")
@@ -102,40 +138,79 @@ class ProviderRegistry:
     async def _http_provider(
         self, name: str, config: Mapping[str, Any], resolve: SecretResolver
     ) -> Provider:
+        kwargs = await self._client_arguments(name, config, resolve)
+        # Every argument the client is built with shapes it, so every one is in the key
+        # (credentials only as a hash of the whole).
+        key = (name, hashlib.sha256(json.dumps(kwargs, sort_keys=True).encode()).hexdigest())
+        if (cached := self._cache.get(key)) is not None:
+            return cached
+        http_client = self._egress.httpx2_client(
+            timeout=kwargs["timeout"], secret_headers=kwargs["default_headers"]
+        )
+        provider: Any
+        if name == "anthropic":
+            from ator.providers.anthropic import AnthropicProvider
+
+            provider = AnthropicProvider(**kwargs, http_client=http_client)
+        else:
+            from ator.providers.openai import OpenAIProvider
+
+            provider = OpenAIProvider(**kwargs, http_client=http_client)
+        return await self._cache.put(key, provider, [*_closers(provider), http_client.aclose])
+
+    async def _client_arguments(
+        self, name: str, config: Mapping[str, Any], resolve: SecretResolver
+    ) -> dict[str, Any]:
         s = self._settings
-        default_key = s.anthropic_api_key if name == "anthropic" else s.openai_api_key
-        default_url = s.anthropic_base_url if name == "anthropic" else s.openai_base_url
+        process_key = s.anthropic_api_key if name == "anthropic" else s.openai_api_key
+        process_url = s.anthropic_base_url if name == "anthropic" else s.openai_base_url
+        tenant_url = config.get("base_url")
+        headers = config.get("headers") or {}
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise ConfigError("config.headers must be an object of strings")
+        if (tenant_url or headers) and not s.tenant_endpoints:
+            raise ConfigError("this server does not allow a setup's own base_url or headers "
+                              "(ATOR_TENANT_ENDPOINTS=false)")
+        if tenant_url is not None and not isinstance(tenant_url, str):
+            raise ConfigError("config.base_url must be a string")
         api_key = await _credential(config.get("api_key"), resolve)
         auth_token = await _credential(config.get("auth_token"), resolve)
-        # The process-wide key is a fallback only when the setup names no credential.
-        if api_key is None and auth_token is None and default_key is not None:
-            api_key = default_key.get_secret_value()
-        base_url = config.get("base_url") or default_url
-        headers = config.get("headers") or {}
-        if not isinstance(headers, dict):
-            raise ConfigError("config.headers must be an object")
+        named = api_key is not None or auth_token is not None
+        if tenant_url:
+            self._egress.guard.check_url(tenant_url)
+            # The credential rule: the process key never follows a setup to its own endpoint.
+            if not named and name == "anthropic":
+                raise ConfigError(
+                    "a setup with its own base_url must name its own credential "
+                    "(config.api_key = 'secret:NAME'); the server's key is only sent to the "
+                    "server's own endpoint"
+                )
+            base_url: str | None = tenant_url
+        else:
+            if not named and process_key is not None:
+                api_key = process_key.get_secret_value()
+            base_url = process_url
         if api_key is None and auth_token is None and name == "anthropic":
             raise ConfigError("no Anthropic credential: set ATOR_ANTHROPIC_API_KEY or "
                               "config.api_key = 'secret:NAME'")
-        fingerprint = hashlib.sha256(f"{api_key}|{auth_token}".encode()).hexdigest()
-        key = (name, str(base_url), fingerprint, json.dumps(headers, sort_keys=True))
-        if key not in self._cache:
+        try:
             timeout = float(config.get("timeout", 600.0))
-            if name == "anthropic":
-                from ator.providers.anthropic import AnthropicProvider
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("config.timeout must be a number of seconds") from exc
+        if not timeout > 0:
+            raise ConfigError("config.timeout must be positive")
+        kwargs: dict[str, Any] = {"api_key": api_key, "base_url": base_url,
+                                  "default_headers": dict(headers), "timeout": timeout}
+        if name == "anthropic":
+            kwargs["auth_token"] = auth_token
+        return kwargs
 
-                self._cache[key] = AnthropicProvider(
-                    api_key=api_key, auth_token=auth_token, base_url=base_url,
-                    default_headers=headers, timeout=timeout,
-                )
-            else:
-                from ator.providers.openai import OpenAIProvider
 
-                self._cache[key] = OpenAIProvider(
-                    api_key=api_key or "not-needed", base_url=base_url,
-                    default_headers=headers, timeout=timeout,
-                )
-        return self._cache[key]
+def _closers(provider: object) -> list[Callable[[], Awaitable[None]]]:
+    aclose = getattr(provider, "aclose", None)
+    return [aclose] if aclose is not None else []
 
 
 async def _credential(value: Any, resolve: SecretResolver) -> str | None:

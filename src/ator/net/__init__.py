@@ -1,0 +1,35 @@
+"""Egress: the only way out of the process (layer: net, bottom; imports errors, settings,
+httpx, httpx2 and the stdlib).
+
+`Egress` builds every outbound HTTP client (httpx for plain HTTP and MCP, httpx2 for the
+provider SDKs) on a transport that resolves once, refuses loopback/private/link-local/
+reserved addresses unless allowlisted (`ATOR_EGRESS_ALLOW`), pins the validated address,
+re-checks every redirect and bounds time and size. A refusal is `ator.errors.EgressBlocked`.
+"""
+
+from __future__ import annotations
+
+from ator.net.addresses import parse_ip, refusal
+from ator.net.egress import Egress
+from ator.net.guard import (
+    CREDENTIAL_HEADERS,
+    Destination,
+    EgressGuard,
+    EgressPolicy,
+    egress_refusal,
+)
+from ator.net.resolver import Resolver, StaticResolver, SystemResolver
+
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "Destination",
+    "Egress",
+    "EgressGuard",
+    "EgressPolicy",
+    "Resolver",
+    "StaticResolver",
+    "SystemResolver",
+    "egress_refusal",
+    "parse_ip",
+    "refusal",
+]
