@@ -10,8 +10,10 @@ test. Statuses are left to the engine's reshape: only `stop_reason` is asserted,
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -372,6 +374,19 @@ async def test_a_permanent_provider_error_is_not_retried(make_ator) -> None:
 # Tool names -------------------------------------------------------------------------------
 
 
+async def open_refused(make_ator: Any, tools: list[Tool]) -> None:
+    """Open an Ator that must refuse its tools. Today the refusal leaks the database pool it
+    opened first (see the xfail below); collect it here, with its ResourceWarning silenced,
+    so the warning does not land in whichever later test the garbage collector runs in."""
+    try:
+        async with make_ator(providers={"s": recording([])}, tools=tools):
+            pass
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+
+
 async def test_two_tools_with_one_name_and_different_schemas_are_a_config_error(
     make_ator,
 ) -> None:
@@ -379,9 +394,8 @@ async def test_two_tools_with_one_name_and_different_schemas_are_a_config_error(
                                             "properties": {"q": {"type": "string"}}})
     second = make_tool("lookup", _ok, schema={"type": "object",
                                              "properties": {"id": {"type": "integer"}}})
-    with pytest.raises(ConfigError, match="lookup"):
-        async with make_ator(providers={"s": recording([])}, tools=[first, second]):
-            pass
+    with pytest.raises(ConfigError, match="two tools named 'lookup'"):
+        await open_refused(make_ator, [first, second])
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -398,8 +412,7 @@ async def test_a_refused_tool_configuration_leaves_no_connection_open(
     try:
         since = await conn.fetchval("SELECT clock_timestamp()")
         with pytest.raises(ConfigError):
-            async with make_ator(providers={"s": recording([])}, tools=[first, second]):
-                pass
+            await open_refused(make_ator, [first, second])
         opened = await conn.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND application_name = 'ator' AND backend_start > $1", since)
