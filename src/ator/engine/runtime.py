@@ -138,23 +138,32 @@ class Ator:
         `engine=False` gives a client that can write and read but runs no turns and no
         reaper (e.g. an admin command)."""
         settings = settings or Settings()
-        db = await open_database(settings)
-        coord = coordinator or coordinator_from_url(settings.redis_url,
-                                                    prefix=settings.redis_prefix)
+        native = StaticToolset(builtin_tools() if tools is None else tools)  # checked first
         if settings.master_key is not None:
             key = MasterKey.from_b64(settings.master_key.get_secret_value())
         else:
             key = await asyncio.to_thread(load_or_create_key_file,
                                           settings.data_dir / "master.key")
+        db = await open_database(settings)
+        try:
+            coord = coordinator or coordinator_from_url(settings.redis_url,
+                                                        prefix=settings.redis_prefix)
+        except BaseException:
+            await db.close()
+            raise
         self = cls(
             settings, db=db, coord=coord,
             providers=ProviderRegistry(settings, providers),
-            toolsets=[StaticToolset(builtin_tools() if tools is None else tools), *toolsets],
+            toolsets=[native, *toolsets],
             prices=prices or PriceTable.from_settings(settings), master_key=key, hooks=hooks,
             services=services,
         )
         if engine:
-            await self.start_engine()
+            try:
+                await self.start_engine()
+            except BaseException:
+                await self.close()  # nothing half-open survives a failed start
+                raise
         return self
 
     async def start_engine(self) -> None:

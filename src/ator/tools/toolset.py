@@ -46,11 +46,14 @@ class Toolset(Protocol):
 
 
 class StaticToolset:
-    """The same tools for every turn (the process's native tools)."""
+    """The same tools for every turn (the process's native tools). Checked when built: a
+    bad schema or two tools sharing a name with different schemas is a ConfigError here,
+    not in the first turn."""
 
     def __init__(self, tools: Iterable[Tool], name: str = "native") -> None:
         self.name = name
         self._tools = tuple(tools)
+        ToolRegistry(self._tools)
 
     async def tools(self, scope: ToolScope) -> Sequence[Tool]:
         return self._tools
