@@ -84,10 +84,14 @@ async def test_a_tenant_url_never_receives_the_process_key(
         assert ended["status"] == "done", ended
         assert len(tenant_openai.requests) == 1
 
-        # Headers cannot smuggle the request elsewhere either.
-        ended = await _turn(admin, "openai", {"base_url": tenant_openai.base_url,
-                                              "headers": {"Host": "169.254.169.254"}})
-        assert ended["stop_reason"] == "error:egress", ended
+        # Headers cannot smuggle the request elsewhere either: refused when the setup is
+        # written (the transport would refuse a Host that differs from the URL too).
+        refused = await admin.request("POST", "/v1/setups", json={
+            "name": "smuggle", "provider": "openai", "model": "gpt-4o-mini",
+            "config": {"base_url": tenant_openai.base_url,
+                       "headers": {"Host": "169.254.169.254"}}})
+        assert refused.status_code == 422 and refused.json()["code"] == "forbidden_header"
+        assert len(tenant_openai.requests) == 1
 
         assert PROCESS_KEY not in _all_received(tenant_anthropic, tenant_openai)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ator.engine.wire import event_frame
 from ator.security.redact import redact
 from ator.store.keys import ApiKey
 from ator.store.records import Event, MailboxItem, Org, Setup, Thread, Turn
@@ -66,9 +67,8 @@ def item(i: MailboxItem, *, created: bool) -> dict[str, Any]:
 
 
 def event(e: Event) -> dict[str, Any]:
-    return {"seq": e.seq, "kind": e.kind, "data": e.data,
-            "turn_id": str(e.turn_id) if e.turn_id else None,
-            "created_at": e.created_at.isoformat()}
+    """The one wire format of an event (engine/wire.py), as every other reader sees it."""
+    return event_frame(e)
 
 
 def turn(t: Turn) -> dict[str, Any]:
