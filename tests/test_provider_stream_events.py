@@ -293,10 +293,12 @@ async def test_a_consumer_ignoring_keepalives_sees_the_same_reply(fake_cls: Any)
     # Keepalive and UsageUpdate are additive: the content events are unchanged by them.
     script = Keepalives(Reply(text="a b c"), after_events=2, every=0.02, duration=0.1)
     provider_cls: Any = AnthropicProvider if fake_cls is AnthropicWireFake else OpenAIProvider
-    async with fake_cls([script, Reply(text="a b c")]) as fake:
-        async with provider_cls(api_key="k", base_url=fake.base_url) as provider:
-            slow = await collect(provider.stream(req()))
-            fast = await collect(provider.stream(req()))
+    async with (
+        fake_cls([script, Reply(text="a b c")]) as fake,
+        provider_cls(api_key="k", base_url=fake.base_url) as provider,
+    ):
+        slow = await collect(provider.stream(req()))
+        fast = await collect(provider.stream(req()))
 
     def content(events: list[StreamEvent]) -> list[StreamEvent]:
         return [e for e in events if not isinstance(e, Keepalive | UsageUpdate)]
