@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import httpx2
 import pytest
 
-from ator.errors import ProviderError
+from ator.errors import AtorError, ProviderError
 from ator.providers.anthropic import AnthropicProvider
 from ator.providers.base import ModelRequest
 from ator.providers.openai import OpenAIProvider
@@ -197,3 +198,29 @@ def test_error_fields_reads_only_the_envelope() -> None:
 def test_describe_without_message_or_type() -> None:
     assert describe("openai", 500, None, None) == "openai: 500 error"
     assert describe("openai", None, "server_error", "") == "openai: server_error"
+
+
+class _Refusing(httpx2.AsyncBaseTransport):
+    """A transport that refuses every request with one of our own errors, as a guard does."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        raise AtorError(
+            "egress to 10.0.0.1 refused: private address", kind="egress", code="egress_blocked"
+        )
+
+
+@pytest.mark.parametrize(("provider_cls", "vendor"), [
+    (AnthropicProvider, "anthropic"), (OpenAIProvider, "openai")])
+async def test_our_own_error_under_the_sdk_wrapper_keeps_its_words_and_code(
+    provider_cls: Any, vendor: str
+) -> None:
+    async with (
+        httpx2.AsyncClient(transport=_Refusing()) as client,
+        provider_cls(api_key="k", base_url="https://api.example", http_client=client) as provider,
+    ):
+        with pytest.raises(ProviderError) as info:
+            async for _ in provider.stream(REQUEST):
+                pass
+    assert info.value.message == f"{vendor}: egress to 10.0.0.1 refused: private address"
+    assert (info.value.code, info.value.kind, info.value.retryable) == (
+        "egress_blocked", "network", False)

@@ -39,7 +39,7 @@ from ator.providers.base import (
     UsageUpdate,
 )
 from ator.providers.retry import retry_after
-from ator.providers.upstream import describe, error_fields, log_raw
+from ator.providers.upstream import connection_error, describe, error_fields, log_raw
 
 __all__ = ["DEFAULT_BASE_URL", "MAX_CACHE_BREAKPOINTS", "AnthropicProvider", "build_params"]
 
@@ -231,7 +231,7 @@ class AnthropicProvider:
                 metadata=params.get("metadata", anthropic.omit),
                 stream=True,
             )
-        except (anthropic.AnthropicError, httpx2.HTTPError) as exc:
+        except (anthropic.AnthropicError, httpx2.HTTPError, AtorError) as exc:
             raise _map_error(exc) from exc
 
         # The raw server-sent events, not the SDK's parsed ones: the SDK drops `ping`, and a
@@ -245,7 +245,9 @@ class AnthropicProvider:
                     sse = await anext(events)
                 except StopAsyncIteration:
                     break
-                except (anthropic.AnthropicError, httpx2.HTTPError, httpx2.StreamError) as exc:
+                except (
+                    anthropic.AnthropicError, httpx2.HTTPError, httpx2.StreamError, AtorError
+                ) as exc:
                     raise _map_error(exc) from exc
                 if sse.event == "error":
                     raise _stream_error(sse.data, sdk_stream.response.status_code)
@@ -413,6 +415,10 @@ def _stop_reason(reason: str | None) -> str:
 def _map_error(exc: Exception) -> ProviderError:
     """The one mapping of SDK and transport exceptions. Messages name the failure, never
     repeat an upstream body (see providers/upstream.py); details go to the debug log."""
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, AtorError):  # ours, raised inside the transport (the egress guard)
+        return connection_error("anthropic", exc)
     if isinstance(exc, anthropic.APIStatusError):
         log_raw("anthropic", exc.status_code, exc.body)
         error_type, detail = error_fields(exc.body)
@@ -423,25 +429,12 @@ def _map_error(exc: Exception) -> ProviderError:
     if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
         return ProviderError("anthropic: timed out", kind="timeout", retryable=True)
     if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
-        return _connection_error(exc)
+        return connection_error("anthropic", exc)
     if isinstance(exc, anthropic.APIResponseValidationError | httpx2.StreamError):
         return ProviderError("anthropic: bad response", kind="protocol", retryable=True)
     if isinstance(exc, anthropic.CredentialsError):
         return ProviderError("anthropic: no usable credentials", kind="auth")
     return ProviderError(f"anthropic: {type(exc).__name__}", kind="unknown")
-
-
-def _connection_error(exc: Exception) -> ProviderError:
-    # An error of ours under the SDK's wrapper (the egress guard refusing a destination, say)
-    # names the real reason in words we wrote: keep its message and code.
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, AtorError):
-            error = ProviderError(f"anthropic: {cause.message}", kind="network")
-            error.code = cause.code
-            return error
-        cause = cause.__cause__ or cause.__context__
-    return ProviderError("anthropic: connection failed", kind="network", retryable=True)
 
 
 def _stream_error(raw: str, status: int) -> ProviderError:

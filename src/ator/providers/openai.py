@@ -41,7 +41,7 @@ from ator.providers.base import (
     estimate_tokens,
 )
 from ator.providers.retry import retry_after
-from ator.providers.upstream import describe, error_fields, log_raw
+from ator.providers.upstream import connection_error, describe, error_fields, log_raw
 
 __all__ = ["DEFAULT_BASE_URL", "NO_API_KEY", "OpenAIProvider", "build_params"]
 
@@ -223,7 +223,7 @@ class OpenAIProvider:
             sdk_stream = await self._client.chat.completions.create(
                 **params, stream=True, stream_options={"include_usage": True}
             )
-        except openai.OpenAIError as exc:
+        except (openai.OpenAIError, AtorError) as exc:
             raise _map_error(exc) from exc
 
         # The server accepted the prompt and will bill it, but reports usage only in the last
@@ -238,7 +238,9 @@ class OpenAIProvider:
                     chunk = await sdk_stream.__anext__()
                 except StopAsyncIteration:
                     break
-                except (openai.OpenAIError, httpx2.HTTPError, httpx2.StreamError) as exc:
+                except (
+                    openai.OpenAIError, httpx2.HTTPError, httpx2.StreamError, AtorError
+                ) as exc:
                     raise _map_error(exc) from exc
                 except json.JSONDecodeError as exc:
                     raise ProviderError(
@@ -395,31 +397,22 @@ def _tool_stop(call_id: str, raw: str) -> ToolUseStop:
 def _map_error(exc: Exception) -> ProviderError:
     """The one mapping of SDK and transport exceptions. Messages name the failure, never
     repeat an upstream body (see providers/upstream.py); details go to the debug log."""
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, AtorError):  # ours, raised inside the transport (the egress guard)
+        return connection_error("openai", exc)
     if isinstance(exc, openai.APIStatusError):
         return _status_error(exc)
     log_raw("openai", None, repr(exc))
     if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
         return ProviderError("openai: timed out", kind="timeout", retryable=True)
     if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
-        return _connection_error(exc)
+        return connection_error("openai", exc)
     if isinstance(exc, openai.APIResponseValidationError | httpx2.StreamError):
         return ProviderError("openai: bad response", kind="protocol", retryable=True)
     if isinstance(exc, openai.APIError):
         return _stream_error(exc)
     return ProviderError(f"openai: {type(exc).__name__}", kind="unknown")
-
-
-def _connection_error(exc: Exception) -> ProviderError:
-    # An error of ours under the SDK's wrapper (the egress guard refusing a destination, say)
-    # names the real reason in words we wrote: keep its message and code.
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, AtorError):
-            error = ProviderError(f"openai: {cause.message}", kind="network")
-            error.code = cause.code
-            return error
-        cause = cause.__cause__ or cause.__context__
-    return ProviderError("openai: connection failed", kind="network", retryable=True)
 
 
 def _envelope(exc: openai.APIStatusError) -> Any:

@@ -1,5 +1,5 @@
 """What an upstream model API said when it failed, in words a tenant may read (layer: providers;
-imports the standard library only).
+imports errors only).
 
 A provider's error body is not ours to echo: a tenant-named endpoint can answer anything (an
 internal service's error page, a reflected header, a key). Adapters take only the two fields the
@@ -16,7 +16,16 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["MAX_MESSAGE_CHARS", "describe", "error_fields", "log_raw", "sanitize"]
+from ator.errors import AtorError, ProviderError
+
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "connection_error",
+    "describe",
+    "error_fields",
+    "log_raw",
+    "sanitize",
+]
 
 #: The longest provider message a tenant sees (the rest is cut with an ellipsis).
 MAX_MESSAGE_CHARS: Final = 300
@@ -113,3 +122,17 @@ def log_raw(vendor: str, status: int | None, raw: object) -> None:
         log.debug(
             "%s error body (status %s): %.*s", vendor, status, _MAX_RAW_LOG_CHARS, str(raw)
         )
+
+
+def connection_error(vendor: str, exc: BaseException) -> ProviderError:
+    """A request that got no answer. The transport's own words (addresses, resolver output) are
+    not repeated; but an error of ours in the cause chain - the egress guard refusing a
+    destination, raised inside the transport - keeps its message and code, and is final."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, AtorError) and not isinstance(cause, ProviderError):
+            error = ProviderError(f"{vendor}: {cause.message}", kind="network")
+            error.code = cause.code
+            return error
+        cause = cause.__cause__ or cause.__context__
+    return ProviderError(f"{vendor}: connection failed", kind="network", retryable=True)
