@@ -56,9 +56,10 @@ async def test_forty_concurrent_turns_cannot_overshoot_a_nearly_spent_budget(mak
     done = [r for r in results if r.stop_reason == "end_turn"]
     refused = [r for r in results if r.stop_reason == "budget"]
     assert len(done) + len(refused) == 40
-    # Each call's worst case is ~$0.0027 (input at the cache-write price + 500 output), so
-    # the remaining $0.01 admits a few calls and refuses the rest, before they run.
-    assert 1 <= len(done) <= 4 and refused
+    # Each call's worst case is ~$0.0027 (input at the cache-write price + 500 output) and it
+    # really costs less, so the remaining $0.01 admits a few calls (more as earlier ones
+    # settle below their reservation) and refuses the rest, before they run.
+    assert 1 <= len(done) <= 10 and len(refused) >= 30
     assert all(r.status == "budget" and r.cost_usd == 0 for r in refused)
     assert spent <= Decimal("1.00")
     assert spent == Decimal("0.99") + sum(r.cost_usd for r in done)

@@ -435,10 +435,11 @@ async def test_cancelling_the_consumer_closes_the_http_stream() -> None:
         OpenAIProvider(api_key="k", base_url=fake.base_url) as provider,
     ):
 
-        async def first_event() -> StreamEvent:
-            return await anext(aiter(provider.stream(req())))
+        # The hang guarantees the stream never ends.
+        async def consume() -> list[StreamEvent]:
+            return [event async for event in provider.stream(req())]
 
-        task = asyncio.create_task(first_event())
+        task = asyncio.create_task(consume())
         async with asyncio.timeout(5):
             await fake.wait_for_requests(1)
         task.cancel()

@@ -37,6 +37,7 @@ from ator.cost.prices import Priced, PriceTable
 from ator.errors import ProviderError
 from ator.providers.base import (
     Block,
+    Keepalive,
     Message,
     MessageStop,
     ModelRequest,
@@ -47,6 +48,7 @@ from ator.providers.base import (
     ToolUseStart,
     ToolUseStop,
     Usage,
+    UsageUpdate,
 )
 from ator.tools.base import ToolCall, ToolContext, ToolOutcome
 from ator.tools.toolset import TurnTools
@@ -257,6 +259,9 @@ async def _call_once(
             async for event in stream:
                 # Any provider event (keepalives included) proves the stream is alive.
                 watchdog.reschedule(loop.time() + stall)
+                partial.meter.observe(event)
+                if isinstance(event, Keepalive | UsageUpdate):
+                    continue  # signs of life and running usage: nothing to show or assemble
                 sink.on_delta(event)
                 _assemble(event, partial, tool_blocks, invalid)
                 if isinstance(event, MessageStop):
@@ -285,13 +290,11 @@ def _assemble(
 ) -> None:
     blocks = partial.blocks
     if isinstance(event, TextDelta):
-        partial.streamed_chars += len(event.text)
         if blocks and blocks[-1]["type"] == "text":
             blocks[-1]["text"] += event.text
         else:
             blocks.append({"type": "text", "text": event.text})
     elif isinstance(event, ThinkingDelta):
-        partial.streamed_chars += len(event.text)
         if not (blocks and blocks[-1]["type"] == "thinking"):
             blocks.append({"type": "thinking", "thinking": "", "signature": None})
         blocks[-1]["thinking"] += event.text
@@ -303,20 +306,9 @@ def _assemble(
         tool_blocks[event.id] = block
         blocks.append(block)
     elif isinstance(event, ToolUseStop):
-        partial.streamed_chars += len(event.raw)
         target = tool_blocks.get(event.id)
         if target is not None:
             if event.input is None:
                 invalid[event.id] = event.raw
             else:
                 target["input"] = event.input
-    else:
-        usage = _reported_usage(event)
-        if usage is not None:
-            partial.reported = usage
-
-
-def _reported_usage(event: StreamEvent) -> Usage | None:
-    """Usage a provider reports mid-stream (message start, deltas), if this event carries it."""
-    usage = getattr(event, "usage", None)
-    return usage if isinstance(usage, Usage) and not isinstance(event, MessageStop) else None

@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from ator.agent.caps import Caps
-from ator.providers.base import Block, Message, Usage
+from ator.providers.base import Block, Message, Usage, UsageMeter
 from ator.tools.toolset import ToolScope
 
 __all__ = ["PartialCall", "TurnContext", "TurnState"]
@@ -51,25 +51,17 @@ class TurnContext:
 
 @dataclass
 class PartialCall:
-    """The model call in flight: what it streamed so far and the usage the provider
-    reported so far. If the turn is cut short (stop, timeout, stall), this is what gets
-    persisted as the interrupted reply and billed."""
+    """The model call in flight: what it streamed so far and what it consumed so far (the
+    provider's mid-stream usage, or an estimate from what streamed, flagged). If the turn is
+    cut short (stop, timeout, stall), this is what gets persisted as the interrupted reply and
+    billed."""
 
     step: int
     blocks: list[Block] = field(default_factory=list)
-    reported: Usage | None = None  # the latest usage the provider reported mid-stream
-    streamed_chars: int = 0
+    meter: UsageMeter = field(default_factory=UsageMeter)
 
     def usage(self) -> Usage:
-        """What the call consumed so far: the provider's own figures where it reported them,
-        output estimated from streamed characters (and flagged) where it did not."""
-        estimate = self.streamed_chars // 4
-        if self.reported is None:
-            return Usage(output_tokens=estimate, reported=False)
-        if self.reported.output_tokens >= estimate:
-            return self.reported
-        return Usage(self.reported.input_tokens, estimate, self.reported.cache_read_tokens,
-                     self.reported.cache_write_tokens, reported=False)
+        return self.meter.usage()
 
 
 @dataclass

@@ -1,11 +1,12 @@
 """Estimating a request's size in tokens from its bytes (layer: agent; imports
-providers.base).
+providers.base, usage).
 
-One constant, shared by everything that estimates (the budget's worst case, compaction):
-tokens ≈ bytes of the serialized request ÷ BYTES_PER_TOKEN, counting the system prompt, the
-tool schemas and every message, tool-use inputs and tool results included. Byte-level BPE
-tokenizers never produce more tokens than bytes, so `bytes` itself is a hard upper bound;
-the ÷4 estimate is what English text and JSON average.
+One constant (`ator.usage.CHARS_PER_TOKEN`), shared by everything that estimates (the
+budget's worst case, compaction, a cut-short call's output): tokens ≈ bytes of the serialized
+request ÷ that constant, counting the system prompt, the tool schemas and every message,
+tool-use inputs and tool results included. Byte-level BPE tokenizers never produce more
+tokens than bytes, so `bytes` itself is a hard upper bound; ÷4 is what English text and JSON
+average.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import json
 from dataclasses import asdict
 
 from ator.providers.base import ModelRequest
+from ator.usage import estimate_tokens
 
-__all__ = ["BYTES_PER_TOKEN", "request_bytes", "request_tokens"]
-
-BYTES_PER_TOKEN = 4
+__all__ = ["request_bytes", "request_tokens"]
 
 
 def request_bytes(request: ModelRequest) -> int:
@@ -32,4 +32,4 @@ def request_bytes(request: ModelRequest) -> int:
 
 def request_tokens(request: ModelRequest) -> int:
     """The estimated input tokens of `request` (rounded up)."""
-    return -(-request_bytes(request) // BYTES_PER_TOKEN)
+    return estimate_tokens(request_bytes(request))

@@ -1,5 +1,5 @@
 """The price table: which price a model has, and the arithmetic that turns usage into USD
-(layer: cost; imports ator.cost.*, ator.settings, and ator.providers.base for Usage only).
+(layer: cost; imports ator.cost.*, ator.settings and ator.usage).
 
 Where a price comes from, first match wins, and every match is on the exact model id:
 1. operator overrides (`ATOR_PRICES` / `ATOR_PRICES_FILE`, or a mapping given in code);
@@ -22,8 +22,8 @@ from decimal import Decimal
 
 from ator.cost.catalog import catalog_price
 from ator.cost.price import Price, Priced
-from ator.providers.base import Usage
 from ator.settings import PriceSetting, Settings
+from ator.usage import Usage
 
 __all__ = ["DEFAULT_PRICES", "Price", "PriceTable", "Priced"]
 

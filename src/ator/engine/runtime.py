@@ -42,6 +42,7 @@ from ator.engine.wire import event_frame, thread_channel
 from ator.errors import ConfigError, Conflict, ValidationFailed
 from ator.providers.base import Provider
 from ator.providers.config import ConfigPolicy, ProviderConfig, parse_provider_config
+from ator.providers.preload import preload
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey, load_or_create_key_file
 from ator.security.limits import refuse
@@ -168,6 +169,9 @@ class Ator:
 
     async def start_engine(self) -> None:
         if not self._engine_started:
+            # Import the provider SDKs in a worker thread now: the first model call would
+            # otherwise import them on the event loop (~1 s frozen for every tenant).
+            await preload()
             await self.actor.start()
             self.reaper.start()
             self._engine_started = True

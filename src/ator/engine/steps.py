@@ -149,6 +149,7 @@ class StepWriter:
             stop_reason=stop_reason, input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
             cache_write_tokens=usage.cache_write_tokens, usage_reported=usage.reported,
+            usage_estimated=usage.estimated,
             cost_usd=usd, priced=priced, duration_ms=duration_ms,
             request_meta=self._state.request_meta, setup_id=self._turn.setup_id,
             purpose=purpose,

@@ -3,8 +3,10 @@
 
 `build_params` maps a ModelRequest to the request body (prompt-cache breakpoints included) and is
 pure, so the loop can persist exactly what was sent. `AnthropicProvider.stream` sends it with
-streaming on and turns the raw SSE events into normalized StreamEvents. SDK and transport
-exceptions are mapped to ProviderError here, once; the SDK never retries (the loop does).
+streaming on and turns the raw SSE events into normalized StreamEvents (every event yields one:
+`Keepalive` for pings, `UsageUpdate` for the usage the stream reports). SDK and transport
+exceptions are mapped to ProviderError here, once, with a sanitized message (providers/upstream.py);
+the SDK never retries (the loop does).
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from typing import Any, Final, Self
 
 import anthropic
 import httpx2
-from anthropic import types as wire
 
 from ator.errors import AtorError, ConfigError, ContextOverflow, ProviderError
 from ator.net.guard import egress_refusal
 from ator.providers.base import (
+    KEEPALIVE,
     STOP_REASONS,
     Message,
     MessageStop,
@@ -35,8 +37,10 @@ from ator.providers.base import (
     ToolUseStart,
     ToolUseStop,
     Usage,
+    UsageUpdate,
 )
 from ator.providers.retry import retry_after
+from ator.providers.upstream import connection_error, describe, error_fields, log_raw
 
 __all__ = ["DEFAULT_BASE_URL", "MAX_CACHE_BREAKPOINTS", "AnthropicProvider", "build_params"]
 
@@ -214,7 +218,9 @@ class AnthropicProvider:
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream one model call. Raises ProviderError (ContextOverflow for a prompt that does
         not fit); a stream that ends before `message_stop` is a retryable `protocol` error.
-        Closing or cancelling the iterator closes the HTTP response."""
+        Every server-sent event yields at least one StreamEvent (`Keepalive` for `ping` and
+        for events with nothing in them); `UsageUpdate` carries the usage `message_start` and
+        `message_delta` report. Closing or cancelling the iterator closes the HTTP response."""
         params = build_params(request)
         try:
             sdk_stream = await self._client.messages.create(
@@ -226,25 +232,46 @@ class AnthropicProvider:
                 metadata=params.get("metadata", anthropic.omit),
                 stream=True,
             )
-        except (anthropic.AnthropicError, httpx2.HTTPError) as exc:
+        except (anthropic.AnthropicError, httpx2.HTTPError, AtorError) as exc:
             raise _map_error(exc) from exc
 
+        # The raw server-sent events, not the SDK's parsed ones: the SDK drops `ping`, and a
+        # ping is exactly what must reach the loop's stall watchdog. Parsing a dict per event
+        # is also cheaper than building a pydantic model per event.
         state = _StreamState(model=request.model)
+        events = anthropic.AsyncStream.raw_events(sdk_stream.response)
         try:
             while True:
                 try:
-                    event = await sdk_stream.__anext__()
+                    sse = await anext(events)
                 except StopAsyncIteration:
                     break
-                except (anthropic.AnthropicError, httpx2.HTTPError, httpx2.StreamError) as exc:
+                except (
+                    anthropic.AnthropicError, httpx2.HTTPError, httpx2.StreamError, AtorError
+                ) as exc:
                     raise _map_error(exc) from exc
+                if sse.event == "error":
+                    raise _stream_error(sse.data, sdk_stream.response.status_code)
+                if sse.event == "ping" or not sse.data:
+                    yield KEEPALIVE
+                    continue
+                try:
+                    data = json.loads(sse.data)
                 except json.JSONDecodeError as exc:
                     raise ProviderError(
-                        f"anthropic: malformed stream event: {exc}", kind="protocol", retryable=True
+                        f"anthropic: malformed stream event: {exc.msg} at {exc.pos}",
+                        kind="protocol",
+                        retryable=True,
                     ) from exc
-                for out in state.handle(event):
-                    yield out
+                out = state.handle(data)
+                if not out:
+                    yield KEEPALIVE
+                for event in out:
+                    yield event
         finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
             await sdk_stream.close()
         if not state.stopped:
             raise ProviderError(
@@ -261,7 +288,8 @@ class _ToolBlock:
 
 @dataclass(slots=True)
 class _StreamState:
-    """Folds raw events into normalized ones; usage fields are cumulative, latest wins."""
+    """Folds decoded events into normalized ones; usage fields are cumulative, latest wins.
+    An event with nothing for the loop returns [] (the caller sends a Keepalive instead)."""
 
     model: str
     stop_reason: str | None = None
@@ -273,69 +301,98 @@ class _StreamState:
     tools: dict[int, _ToolBlock] = field(default_factory=dict)
 
     def handle(self, event: Any) -> list[StreamEvent]:
-        if isinstance(event, wire.RawMessageStartEvent):
-            message = event.message
-            self.model = getattr(message, "model", None) or self.model
-            self._usage(getattr(message, "usage", None))
-        elif isinstance(event, wire.RawContentBlockStartEvent):
-            return self._block_start(event.index, event.content_block)
-        elif isinstance(event, wire.RawContentBlockDeltaEvent):
-            return self._delta(event.index, event.delta)
-        elif isinstance(event, wire.RawContentBlockStopEvent):
-            block = self.tools.pop(event.index, None)
-            if block is not None:
-                return [_tool_stop(block)]
-        elif isinstance(event, wire.RawMessageDeltaEvent):
-            self.stop_reason = event.delta.stop_reason or self.stop_reason
-            self._usage(getattr(event, "usage", None))
-        elif isinstance(event, wire.RawMessageStopEvent):
-            self.stopped = True
-            usage = Usage(
-                input_tokens=self.input_tokens,
-                output_tokens=self.output_tokens,
-                cache_read_tokens=self.cache_read_tokens,
-                cache_write_tokens=self.cache_write_tokens,
+        if not isinstance(event, dict):
+            raise ProviderError(
+                "anthropic: stream event is not a JSON object", kind="protocol", retryable=True
             )
-            return [MessageStop(_stop_reason(self.stop_reason), usage, self.model)]
+        kind = event.get("type")
+        if kind == "content_block_delta":  # by far the most frequent: first
+            return self._delta(event.get("index"), _mapping(event.get("delta")))
+        if kind == "content_block_start":
+            return self._block_start(event.get("index"), _mapping(event.get("content_block")))
+        if kind == "content_block_stop":
+            block = self.tools.pop(event.get("index"), None)  # type: ignore[arg-type]
+            return [_tool_stop(block)] if block is not None else []
+        if kind == "message_start":
+            message = _mapping(event.get("message"))
+            model = message.get("model")
+            self.model = model if isinstance(model, str) and model else self.model
+            self._usage(message.get("usage"))
+            return [UsageUpdate(self._current_usage())]
+        if kind == "message_delta":
+            reason = _mapping(event.get("delta")).get("stop_reason")
+            self.stop_reason = reason if isinstance(reason, str) else self.stop_reason
+            self._usage(event.get("usage"))
+            return [UsageUpdate(self._current_usage())]
+        if kind == "message_stop":
+            self.stopped = True
+            return [MessageStop(_stop_reason(self.stop_reason), self._current_usage(), self.model)]
         return []
 
-    def _block_start(self, index: int, block: Any) -> list[StreamEvent]:
-        if isinstance(block, wire.ToolUseBlock):
-            self.tools[index] = _ToolBlock(id=block.id, start_input=block.input)
-            return [ToolUseStart(id=block.id, name=block.name)]
-        if isinstance(block, wire.TextBlock) and block.text:
-            return [TextDelta(block.text)]
-        if isinstance(block, wire.ThinkingBlock) and (block.thinking or block.signature):
-            return [ThinkingDelta(block.thinking, block.signature or None)]
+    def _current_usage(self) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cache_read_tokens=self.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens,
+        )
+
+    def _block_start(self, index: Any, block: dict[str, Any]) -> list[StreamEvent]:
+        kind = block.get("type")
+        if kind == "tool_use":
+            tool_id, name = block.get("id"), block.get("name")
+            if not (isinstance(tool_id, str) and isinstance(name, str)):
+                raise ProviderError(
+                    "anthropic: tool_use block without id or name", kind="protocol", retryable=True
+                )
+            self.tools[index] = _ToolBlock(id=tool_id, start_input=block.get("input"))
+            return [ToolUseStart(id=tool_id, name=name)]
+        if kind == "text":
+            text = block.get("text")
+            return [TextDelta(text)] if isinstance(text, str) and text else []
+        if kind == "thinking":
+            thinking, signature = block.get("thinking"), block.get("signature")
+            thinking = thinking if isinstance(thinking, str) else ""
+            signature = signature if isinstance(signature, str) and signature else None
+            return [ThinkingDelta(thinking, signature)] if thinking or signature else []
         # redacted_thinking and server-tool blocks have no place in the neutral shape.
         return []
 
-    def _delta(self, index: int, delta: Any) -> list[StreamEvent]:
-        if isinstance(delta, wire.TextDelta):
-            return [TextDelta(delta.text)] if delta.text else []
-        if isinstance(delta, wire.ThinkingDelta):
-            return [ThinkingDelta(delta.thinking)] if delta.thinking else []
-        if isinstance(delta, wire.SignatureDelta):
-            return [ThinkingDelta("", delta.signature)]
-        if isinstance(delta, wire.InputJSONDelta):
+    def _delta(self, index: Any, delta: dict[str, Any]) -> list[StreamEvent]:
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta.get("text")
+            return [TextDelta(text)] if isinstance(text, str) and text else []
+        if kind == "thinking_delta":
+            thinking = delta.get("thinking")
+            return [ThinkingDelta(thinking)] if isinstance(thinking, str) and thinking else []
+        if kind == "signature_delta":
+            signature = delta.get("signature")
+            return [ThinkingDelta("", signature)] if isinstance(signature, str) else []
+        if kind == "input_json_delta":
             block = self.tools.get(index)
-            if block is None:
+            partial = delta.get("partial_json")
+            if block is None or not isinstance(partial, str):
                 return []
-            block.parts.append(delta.partial_json)
-            return [ToolInputDelta(block.id, delta.partial_json)] if delta.partial_json else []
+            block.parts.append(partial)
+            return [ToolInputDelta(block.id, partial)] if partial else []
         return []
 
     def _usage(self, usage: Any) -> None:
-        if usage is None:
+        if not isinstance(usage, dict):
             return
-        if (value := getattr(usage, "input_tokens", None)) is not None:
+        if isinstance(value := usage.get("input_tokens"), int):
             self.input_tokens = value
-        if (value := getattr(usage, "output_tokens", None)) is not None:
+        if isinstance(value := usage.get("output_tokens"), int):
             self.output_tokens = value
-        if (value := getattr(usage, "cache_read_input_tokens", None)) is not None:
+        if isinstance(value := usage.get("cache_read_input_tokens"), int):
             self.cache_read_tokens = value
-        if (value := getattr(usage, "cache_creation_input_tokens", None)) is not None:
+        if isinstance(value := usage.get("cache_creation_input_tokens"), int):
             self.cache_write_tokens = value
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _tool_stop(block: _ToolBlock) -> ToolUseStop:
@@ -357,44 +414,76 @@ def _stop_reason(reason: str | None) -> str:
 
 
 def _map_error(exc: Exception) -> AtorError:
+    """The one mapping of SDK and transport exceptions. Messages name the failure, never
+    repeat an upstream body (see providers/upstream.py); details go to the debug log."""
     if (refused := egress_refusal(exc)) is not None:
         return refused  # the egress guard refused the URL: typed, never retried as "network"
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, AtorError):  # ours, raised inside the transport
+        return connection_error("anthropic", exc)
     if isinstance(exc, anthropic.APIStatusError):
-        return _status_error(exc)
+        log_raw("anthropic", exc.status_code, exc.body)
+        error_type, detail = error_fields(exc.body)
+        return _classify(
+            exc.status_code, error_type, _error_code(exc.body), detail, exc.response.headers
+        )
+    log_raw("anthropic", None, repr(exc))
     if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
-        return ProviderError(f"anthropic: timed out: {exc}", kind="timeout", retryable=True)
+        return ProviderError("anthropic: timed out", kind="timeout", retryable=True)
     if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
-        return ProviderError(f"anthropic: connection failed: {exc}", kind="network", retryable=True)
+        return connection_error("anthropic", exc)
     if isinstance(exc, anthropic.APIResponseValidationError | httpx2.StreamError):
-        return ProviderError(f"anthropic: bad response: {exc}", kind="protocol", retryable=True)
+        return ProviderError("anthropic: bad response", kind="protocol", retryable=True)
     if isinstance(exc, anthropic.CredentialsError):
-        return ProviderError(f"anthropic: {exc}", kind="auth")
-    return ProviderError(f"anthropic: {type(exc).__name__}: {exc}", kind="unknown")
+        return ProviderError("anthropic: no usable credentials", kind="auth")
+    return ProviderError(f"anthropic: {type(exc).__name__}", kind="unknown")
 
 
-def _status_error(exc: anthropic.APIStatusError) -> ProviderError:
-    status = exc.status_code
-    error_type: str | None = exc.type
-    detail = exc.api_message or str(exc)
-    message = f"anthropic: {status} {error_type or 'error'}: {detail}"
+def _stream_error(raw: str, status: int) -> ProviderError:
+    """An `event: error` inside a 200 stream."""
+    log_raw("anthropic", status, raw)
+    try:
+        body = json.loads(raw)
+    except json.JSONDecodeError:
+        body = None
+    error_type, detail = error_fields(body)
+    return _classify(status, error_type, _error_code(body), detail, httpx2.Headers())
+
+
+def _error_code(body: Any) -> str | None:
+    error = body.get("error") if isinstance(body, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    code = details.get("error_code") if isinstance(details, dict) else None
+    return code if isinstance(code, str) else None
+
+
+def _classify(
+    status: int,
+    error_type: str | None,
+    error_code: str | None,
+    detail: str | None,
+    headers: httpx2.Headers,
+) -> ProviderError:
+    message = describe("anthropic", status, error_type, detail)
     # An `event: error` inside a 200 stream has only the body's error type to go by.
     in_stream = status < 400
 
     if error_type == "overloaded_error" or status == 529:
         return ProviderError(message, kind="overloaded", retryable=True, status_code=status)
     if error_type == "rate_limit_error" or status == 429:
-        spend = exc.error_code in _SPEND_LIMIT_CODES
+        spend = error_code in _SPEND_LIMIT_CODES
         return ProviderError(
             message,
             kind="rate_limit",
             retryable=not spend,
             status_code=status,
-            retry_after=None if spend else retry_after(exc.response.headers),
+            retry_after=None if spend else retry_after(headers),
         )
     if error_type == "request_too_large" or status == 413:
         return ContextOverflow(message, status_code=status)
     if error_type == "invalid_request_error" or status == 400:
-        if _CONTEXT_OVERFLOW.search(detail):
+        if _CONTEXT_OVERFLOW.search(detail or ""):
             return ContextOverflow(message, status_code=status)
         return ProviderError(message, kind="bad_request", status_code=status)
     if error_type in ("authentication_error", "permission_error", "billing_error") or status in (

@@ -12,18 +12,37 @@ Anthropic Messages content-block form because it is the richest:
 
 Adapters map this shape to their wire format (providers/openai.py flattens tool results into
 `role: tool` messages, for example).
+
+Two events carry no content, and exist for the loop's caps:
+
+- `UsageUpdate` - what the call has consumed so far, as the provider reports it mid-stream
+  (cumulative: the latest one replaces the earlier ones). Anthropic reports input and cache
+  tokens at `message_start` and cumulative output in `message_delta`; OpenAI-compatible servers
+  report nothing before the end, so their adapter sends an estimate flagged `estimated=True`.
+- `Keepalive` - the provider sent an event with nothing in it for us (Anthropic `ping`, an empty
+  block start/stop, an OpenAI chunk with an empty delta). Every raw provider event yields at
+  least one normalized event, so any sign of life resets the loop's stall watchdog.
+
+A call cut short (stop, turn timeout, stall) is billed with `UsageMeter`: feed it every event the
+loop saw, and `usage()` is the last reported figure, with output raised to the estimate of the
+streamed text (chars / 4, flagged `estimated`) when the provider had not reported that much.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ator.usage import CHARS_PER_TOKEN, Usage, estimate_tokens
+
 __all__ = [
+    "CHARS_PER_TOKEN",
+    "KEEPALIVE",
     "STOP_REASONS",
     "Block",
+    "Keepalive",
     "Message",
     "MessageStop",
     "ModelRequest",
@@ -37,6 +56,10 @@ __all__ = [
     "ToolUseStart",
     "ToolUseStop",
     "Usage",
+    "UsageMeter",
+    "UsageUpdate",
+    "estimate_tokens",
+    "partial_usage",
 ]
 
 Block = dict[str, Any]
@@ -85,34 +108,6 @@ class ModelRequest:
     user_id: str | None = None
     # Ask the adapter to place prompt-cache breakpoints (system -> tools -> last user).
     cache: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    # False when the provider reported no usage at all: recorded as 0 and flagged, not guessed.
-    reported: bool = True
-
-    @property
-    def total_tokens(self) -> int:
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_read_tokens
-            + self.cache_write_tokens
-        )
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_tokens + other.cache_read_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-            self.reported and other.reported,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +162,94 @@ class MessageStop:
     model: str | None = None
 
 
-StreamEvent = TextDelta | ThinkingDelta | ToolUseStart | ToolInputDelta | ToolUseStop | MessageStop
+@dataclass(frozen=True, slots=True)
+class UsageUpdate:
+    """Usage the provider reported mid-stream, cumulative for this call (latest wins)."""
+
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    """A provider event without content: proof of life for the stall watchdog, nothing else.
+    Adapters yield the shared `KEEPALIVE` instance, so one costs no allocation."""
+
+
+KEEPALIVE: Keepalive = Keepalive()
+
+StreamEvent = (
+    TextDelta
+    | ThinkingDelta
+    | ToolUseStart
+    | ToolInputDelta
+    | ToolUseStop
+    | MessageStop
+    | UsageUpdate
+    | Keepalive
+)
+
+#: The rule of thumb for text a provider has not counted: about four characters per token.
+class UsageMeter:
+    """What one model call has consumed so far, folded from its events in O(1) per event.
+
+    `usage()` is the figure to bill: the MessageStop's usage once the call finished; before
+    that (a call cut short) the last UsageUpdate, with `output_tokens` raised to the estimate of
+    the text, thinking and tool input streamed so far when that is higher - flagged `estimated`.
+    With no UsageUpdate at all, the estimate alone, flagged `reported=False, estimated=True`.
+    Nothing streamed and nothing reported is `Usage(reported=False)`: 0, and it says so.
+    """
+
+    __slots__ = ("_chars", "_final", "_reported")
+
+    def __init__(self) -> None:
+        self._reported: Usage | None = None
+        self._final: Usage | None = None
+        self._chars = 0
+
+    def observe(self, event: StreamEvent) -> None:
+        if isinstance(event, TextDelta | ThinkingDelta):
+            self._chars += len(event.text)
+        elif isinstance(event, ToolInputDelta):
+            self._chars += len(event.partial_json)
+        elif isinstance(event, ToolUseStart):
+            self._chars += len(event.name)
+        elif isinstance(event, UsageUpdate):
+            self._reported = event.usage
+        elif isinstance(event, MessageStop):
+            self._final = event.usage
+
+    @property
+    def finished(self) -> bool:
+        """True once the MessageStop was seen: `usage()` is then the provider's final figure."""
+        return self._final is not None
+
+    def usage(self) -> Usage:
+        if self._final is not None:
+            return self._final
+        streamed = estimate_tokens(self._chars)
+        reported = self._reported
+        if reported is None:
+            if streamed == 0:
+                return Usage(reported=False)
+            return Usage(output_tokens=streamed, reported=False, estimated=True)
+        if streamed <= reported.output_tokens:
+            return reported
+        return Usage(
+            input_tokens=reported.input_tokens,
+            output_tokens=streamed,
+            cache_read_tokens=reported.cache_read_tokens,
+            cache_write_tokens=reported.cache_write_tokens,
+            reported=reported.reported,
+            estimated=True,
+        )
+
+
+def partial_usage(events: Iterable[StreamEvent]) -> Usage:
+    """`UsageMeter.usage()` after seeing `events`: what a call cut short has consumed."""
+    meter = UsageMeter()
+    for event in events:
+        meter.observe(event)
+    return meter.usage()
 
 
 @runtime_checkable

@@ -4,8 +4,11 @@ transport).
 
 `build_params` flattens the neutral messages into chat messages and is pure, so the loop can
 persist exactly what was sent. `OpenAIProvider.stream` sends them with streaming on (asking for
-the final usage chunk) and turns chunks into normalized StreamEvents. SDK and transport
-exceptions are mapped to ProviderError here, once; the SDK never retries (the loop does).
+the final usage chunk) and turns chunks into normalized StreamEvents: every chunk yields at least
+one (`Keepalive` for an empty delta), and `UsageUpdate` gives an estimate of the prompt when the
+server accepts it and the reported usage when the final chunk comes. SDK and transport
+exceptions are mapped to ProviderError here, once, with a sanitized message
+(providers/upstream.py); the SDK never retries (the loop does).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import openai
 from ator.errors import AtorError, ContextOverflow, ProviderError
 from ator.net.guard import egress_refusal
 from ator.providers.base import (
+    KEEPALIVE,
     Message,
     MessageStop,
     ModelRequest,
@@ -34,8 +38,11 @@ from ator.providers.base import (
     ToolUseStart,
     ToolUseStop,
     Usage,
+    UsageUpdate,
+    estimate_tokens,
 )
 from ator.providers.retry import retry_after
+from ator.providers.upstream import connection_error, describe, error_fields, log_raw
 
 __all__ = ["DEFAULT_BASE_URL", "NO_API_KEY", "OpenAIProvider", "build_params"]
 
@@ -217,9 +224,14 @@ class OpenAIProvider:
             sdk_stream = await self._client.chat.completions.create(
                 **params, stream=True, stream_options={"include_usage": True}
             )
-        except openai.OpenAIError as exc:
+        except (openai.OpenAIError, AtorError) as exc:
             raise _map_error(exc) from exc
 
+        # The server accepted the prompt and will bill it, but reports usage only in the last
+        # chunk: until then the prompt's size is the best figure for a call cut short.
+        yield UsageUpdate(
+            Usage(input_tokens=_prompt_estimate(params), reported=False, estimated=True)
+        )
         state = _StreamState(model=request.model)
         try:
             while True:
@@ -227,14 +239,21 @@ class OpenAIProvider:
                     chunk = await sdk_stream.__anext__()
                 except StopAsyncIteration:
                     break
-                except (openai.OpenAIError, httpx2.HTTPError, httpx2.StreamError) as exc:
+                except (
+                    openai.OpenAIError, httpx2.HTTPError, httpx2.StreamError, AtorError
+                ) as exc:
                     raise _map_error(exc) from exc
                 except json.JSONDecodeError as exc:
                     raise ProviderError(
-                        f"openai: malformed stream chunk: {exc}", kind="protocol", retryable=True
+                        f"openai: malformed stream chunk: {exc.msg} at {exc.pos}",
+                        kind="protocol",
+                        retryable=True,
                     ) from exc
-                for out in state.handle(chunk):
-                    yield out
+                out = state.handle(chunk)
+                if not out:
+                    yield KEEPALIVE
+                for event in out:
+                    yield event
         finally:
             await sdk_stream.close()
         if state.finish_reason is None:
@@ -242,6 +261,14 @@ class OpenAIProvider:
                 "openai: stream ended without a finish_reason", kind="protocol", retryable=True
             )
         yield state.message_stop()
+
+
+def _prompt_estimate(params: dict[str, Any]) -> int:
+    """Tokens of the prompt by its serialized size (messages and tools), rounded up."""
+    size = len(json.dumps(params["messages"], separators=(",", ":")))
+    if "tools" in params:
+        size += len(json.dumps(params["tools"], separators=(",", ":")))
+    return estimate_tokens(size)
 
 
 @dataclass(slots=True)
@@ -262,10 +289,12 @@ class _StreamState:
     by_index: dict[int, _ToolCall] = field(default_factory=dict)
 
     def handle(self, chunk: Any) -> list[StreamEvent]:
+        """The events of one chunk; [] for a chunk with nothing in it (a keepalive)."""
         self.model = getattr(chunk, "model", None) or self.model
+        out: list[StreamEvent] = []
         if getattr(chunk, "usage", None) is not None:
             self.usage = chunk.usage  # the final usage chunk; some servers send it repeatedly
-        out: list[StreamEvent] = []
+            out.append(UsageUpdate(self._usage()))
         for choice in getattr(chunk, "choices", None) or []:
             if choice.index != 0:
                 continue
@@ -367,25 +396,44 @@ def _tool_stop(call_id: str, raw: str) -> ToolUseStop:
 
 
 def _map_error(exc: Exception) -> AtorError:
+    """The one mapping of SDK and transport exceptions. Messages name the failure, never
+    repeat an upstream body (see providers/upstream.py); details go to the debug log."""
     if (refused := egress_refusal(exc)) is not None:
         return refused  # the egress guard refused the URL: typed, never retried as "network"
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, AtorError):  # ours, raised inside the transport
+        return connection_error("openai", exc)
     if isinstance(exc, openai.APIStatusError):
         return _status_error(exc)
+    log_raw("openai", None, repr(exc))
     if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
-        return ProviderError(f"openai: timed out: {exc}", kind="timeout", retryable=True)
+        return ProviderError("openai: timed out", kind="timeout", retryable=True)
     if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
-        return ProviderError(f"openai: connection failed: {exc}", kind="network", retryable=True)
+        return connection_error("openai", exc)
     if isinstance(exc, openai.APIResponseValidationError | httpx2.StreamError):
-        return ProviderError(f"openai: bad response: {exc}", kind="protocol", retryable=True)
+        return ProviderError("openai: bad response", kind="protocol", retryable=True)
     if isinstance(exc, openai.APIError):
         return _stream_error(exc)
-    return ProviderError(f"openai: {type(exc).__name__}: {exc}", kind="unknown")
+    return ProviderError(f"openai: {type(exc).__name__}", kind="unknown")
+
+
+def _envelope(exc: openai.APIStatusError) -> Any:
+    """The parsed error body. The SDK keeps only `body["error"]`, and a bare string there
+    (Ollama's `{"error": "text"}`) looks like a non-JSON body, so parse the response again."""
+    try:
+        return json.loads(exc.response.content)
+    except (httpx2.ResponseNotRead, ValueError):
+        return exc.body if isinstance(exc.body, dict) else None
 
 
 def _status_error(exc: openai.APIStatusError) -> ProviderError:
     status = exc.status_code
-    code = exc.code
-    message = f"openai: {status} {code or exc.type or 'error'}: {exc.message}"
+    body = _envelope(exc)
+    log_raw("openai", status, body if body is not None else exc.body)
+    error_type, detail = error_fields(body)
+    code = _code(body)
+    message = describe("openai", status, code or error_type, detail)
     if code == "context_length_exceeded" or status == 413:
         return ContextOverflow(message, status_code=status)
     if status == 429:
@@ -407,17 +455,27 @@ def _status_error(exc: openai.APIStatusError) -> ProviderError:
         return ProviderError(message, kind="auth", status_code=status)
     if status == 404:
         return ProviderError(message, kind="not_found", status_code=status)
-    if _CONTEXT_OVERFLOW.search(exc.message):
+    if _CONTEXT_OVERFLOW.search(detail or ""):
         # vLLM, llama.cpp and Ollama say it in words, without OpenAI's code.
         return ContextOverflow(message, status_code=status)
     return ProviderError(message, kind="bad_request", status_code=status)
 
 
+def _code(body: Any) -> str | None:
+    error = body.get("error", body) if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    # Some servers send numeric codes; an identifier is all a tenant may see of it.
+    return str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None
+
+
 def _stream_error(exc: openai.APIError) -> ProviderError:
     """An `{"error": ...}` object inside a 200 stream: only its type and code to go by."""
-    kind_hint = f"{exc.code or ''} {exc.type or ''}".lower()
-    message = f"openai: stream error {exc.code or exc.type or ''}: {exc.message}"
-    if "context_length" in kind_hint or _CONTEXT_OVERFLOW.search(exc.message):
+    log_raw("openai", None, exc.body)
+    error_type, detail = error_fields(exc.body)
+    code = _code(exc.body)
+    kind_hint = f"{code or ''} {error_type or ''}".lower()
+    message = describe("openai", None, code or error_type, detail)
+    if "context_length" in kind_hint or _CONTEXT_OVERFLOW.search(detail or ""):
         return ContextOverflow(message)
     if "rate_limit" in kind_hint:
         return ProviderError(message, kind="rate_limit", retryable=True)

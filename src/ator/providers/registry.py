@@ -16,6 +16,7 @@ cache key never appears in a snapshot or a log.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -26,6 +27,7 @@ from ator.errors import ConfigError
 from ator.net import Egress
 from ator.providers.base import Provider
 from ator.providers.cache import CachedProvider, ProviderCache
+from ator.providers.preload import ensure_loaded
 from ator.settings import Settings
 
 __all__ = [
@@ -148,14 +150,16 @@ class ProviderRegistry:
             timeout=kwargs["timeout"], secret_headers=kwargs["default_headers"]
         )
         provider: Any
+        await ensure_loaded(name)  # the SDK imports in a worker thread, never on the loop
         if name == "anthropic":
             from ator.providers.anthropic import AnthropicProvider
 
-            provider = AnthropicProvider(**kwargs, http_client=http_client)
+            provider = await asyncio.to_thread(AnthropicProvider, **kwargs,
+                                               http_client=http_client)
         else:
             from ator.providers.openai import OpenAIProvider
 
-            provider = OpenAIProvider(**kwargs, http_client=http_client)
+            provider = await asyncio.to_thread(OpenAIProvider, **kwargs, http_client=http_client)
         return await self._cache.put(key, provider, [*_closers(provider), http_client.aclose])
 
     async def _client_arguments(

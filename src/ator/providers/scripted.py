@@ -21,6 +21,7 @@ from typing import Any
 
 from ator.errors import ConfigError, ProviderError
 from ator.providers.base import (
+    KEEPALIVE,
     Message,
     MessageStop,
     ModelRequest,
@@ -31,6 +32,7 @@ from ator.providers.base import (
     ToolUseStart,
     ToolUseStop,
     Usage,
+    UsageUpdate,
 )
 
 __all__ = ["ScriptStep", "ScriptedProvider", "tool_then_answer"]
@@ -47,6 +49,10 @@ class ScriptStep:
     usage: Usage = field(default_factory=lambda: Usage(input_tokens=10, output_tokens=5))
     delay: float = 0.0  # seconds before the first event
     hang: bool = False  # emit the first event, then nothing, forever
+    # Stream the step's text, then hang (a reply cut short by a stop or a timeout).
+    hang_after_text: bool = False
+    # While hanging, send a Keepalive this often (seconds): alive, so no stall, never done.
+    keepalive_every: float = 0.0
     error: ProviderError | None = None
     # Echo the last user text back (handy for demos and for checking context).
     echo: bool = False
@@ -65,6 +71,8 @@ class ScriptStep:
                 usage=_usage(usage) if usage else Usage(10, 5),
                 delay=float(data.get("delay", 0.0)),
                 hang=bool(data.get("hang", False)),
+                hang_after_text=bool(data.get("hang_after_text", False)),
+                keepalive_every=float(data.get("keepalive_every", 0.0)),
                 error=ProviderError(str(err.get("message", "scripted error")),
                                     kind=str(err.get("kind", "server")),
                                     retryable=bool(err.get("retryable", False)))
@@ -150,15 +158,23 @@ class ScriptedProvider:
             await asyncio.sleep(step.delay)
         if step.error is not None:
             raise step.error
+        if step.usage.reported:
+            # As Anthropic's message_start: the prompt is counted before anything is generated.
+            u = step.usage
+            yield UsageUpdate(Usage(u.input_tokens, 0, u.cache_read_tokens, u.cache_write_tokens))
         if step.thinking:
             yield ThinkingDelta(step.thinking, signature="scripted")
         if step.hang:
-            await asyncio.Event().wait()  # a provider that stops talking; only a cap ends this
+            async for event in _hang(step.keepalive_every):
+                yield event
         text = step.text
         if step.echo:
             text = (text + " " if text else "") + f"You said: {_last_user_text(request.messages)}"
         if text:
             yield TextDelta(text)
+        if step.hang_after_text:
+            async for event in _hang(step.keepalive_every):
+                yield event
         base = _turn_position(request.messages)
         for i, (name, args) in enumerate(step.tool_calls):
             tid = f"toolu_s{base}_{i}"
@@ -174,6 +190,15 @@ class ScriptedProvider:
         has_calls = bool(step.tool_calls or step.raw_tool_calls)
         stop = step.stop_reason or ("tool_use" if has_calls else "end_turn")
         yield MessageStop(stop, step.usage, request.model)
+
+
+async def _hang(keepalive_every: float) -> AsyncIterator[StreamEvent]:
+    """A provider that stops making progress; only a cap or a stop ends this."""
+    if keepalive_every <= 0:
+        await asyncio.Event().wait()
+    while True:
+        await asyncio.sleep(keepalive_every)  # the pace of a provider's pings
+        yield KEEPALIVE
 
 
 def tool_then_answer(tool: str, args: dict[str, Any], answer: str = "Done.") -> ScriptedProvider:

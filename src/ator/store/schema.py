@@ -231,6 +231,8 @@ model_calls = sa.Table(
     sa.Column("cache_read_tokens", sa.BigInteger, nullable=False),
     sa.Column("cache_write_tokens", sa.BigInteger, nullable=False),
     sa.Column("usage_reported", sa.Boolean, nullable=False),
+    # Some figure is an estimate (a call cut short before the provider reported it).
+    sa.Column("usage_estimated", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False),
     sa.Column("priced", sa.Boolean, nullable=False),
     sa.Column("duration_ms", sa.Integer, nullable=False),

@@ -201,6 +201,7 @@ class ModelCallRow:
     request_meta: dict[str, Any]
     setup_id: UUID | None = None
     purpose: str = "step"  # step, interrupted, compaction, …
+    usage_estimated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +255,8 @@ class Billed:
             "d_cw": mc.cache_write_tokens, "d_cost": mc.cost_usd, "mc_setup_id": mc.setup_id,
             "mc_step": mc.step, "mc_purpose": mc.purpose, "mc_provider": mc.provider,
             "mc_model": mc.model, "mc_stop_reason": mc.stop_reason,
-            "mc_reported": mc.usage_reported, "mc_priced": mc.priced,
+            "mc_reported": mc.usage_reported, "mc_estimated": mc.usage_estimated,
+            "mc_priced": mc.priced,
             "mc_duration_ms": mc.duration_ms,
             "mc_meta": json.dumps(mc.request_meta, separators=(",", ":"), default=str),
         }
@@ -326,9 +328,10 @@ class Snapshot:
 _MODEL_CALL = """_mc AS (
   INSERT INTO model_calls (org_id, thread_id, turn_id, setup_id, step, purpose, provider, model,
     stop_reason, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
-    usage_reported, cost_usd, priced, duration_ms, request_meta)
+    usage_reported, usage_estimated, cost_usd, priced, duration_ms, request_meta)
   VALUES (:org_id, :thread_id, :turn_id, :mc_setup_id, :mc_step, :mc_purpose, :mc_provider,
-    :mc_model, :mc_stop_reason, :d_in, :d_out, :d_cr, :d_cw, :mc_reported, :d_cost, :mc_priced,
+    :mc_model, :mc_stop_reason, :d_in, :d_out, :d_cr, :d_cw, :mc_reported, :mc_estimated,
+    :d_cost, :mc_priced,
     :mc_duration_ms, CAST(:mc_meta AS jsonb))
 ), _usage AS (
   -- Billed even when the turn was closed meanwhile: the provider charged for the call.
@@ -442,7 +445,10 @@ async def reap_lost_turns(db: Database, ttl: float) -> list[LostTurn]:
                     ]
                 )
             )
-            ended = to_event((await conn.execute(append, params)).one(), row.thread_id)
+            appended = (await conn.execute(append, params)).first()
+            if appended is None:
+                continue  # its thread is gone: the turn is closed, there is no log to tell
+            ended = to_event(appended, row.thread_id)
             lost.append(LostTurn(row.org_id, row.thread_id, row.id, row.owner, ended))
     return lost
 

@@ -2,8 +2,8 @@
 
 Wire-level fakes of the model APIs: real HTTP servers on 127.0.0.1 that stream canned replies in
 each vendor's exact protocol, so the real SDKs (and anything pointed at `fake.base_url`) can be
-exercised without the network. Script a fake with `Reply`, `HttpError`, `StreamError`, `Cut` and
-`Hang`; read back what it received from `fake.requests`.
+exercised without the network. Script a fake with `Reply`, `HttpError`, `StreamError`, `Cut`,
+`Hang` and `Keepalives`; read back what it received from `fake.requests`.
 """
 
 from ator.testing.anthropic_wire import AnthropicWireFake
@@ -12,6 +12,7 @@ from ator.testing.wire import (
     Cut,
     Hang,
     HttpError,
+    Keepalives,
     RecordedRequest,
     Reply,
     ScriptItem,
@@ -26,6 +27,7 @@ __all__ = [
     "Cut",
     "Hang",
     "HttpError",
+    "Keepalives",
     "OpenAIWireFake",
     "RecordedRequest",
     "Reply",

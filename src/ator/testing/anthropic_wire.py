@@ -116,6 +116,9 @@ class AnthropicWireFake(WireFake):
         body = self.error_body(500, error.message, error.error_type, error.code)
         return sse(body, "error")
 
+    def keepalive_event(self, request: RecordedRequest) -> bytes:
+        return sse({"type": "ping"}, "ping")
+
     def stream_events(self, reply: Reply, request: RecordedRequest) -> list[bytes]:
         body = request.body if isinstance(request.body, dict) else {}
         model = reply.model or body.get("model") or "claude-fake"

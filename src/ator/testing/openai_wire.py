@@ -100,6 +100,20 @@ class OpenAIWireFake(WireFake):
     def error_event(self, error: StreamError) -> bytes:
         return sse(self.error_body(500, error.message, error.error_type, error.code))
 
+    def keepalive_event(self, request: RecordedRequest) -> bytes:
+        # What vLLM and llama.cpp send while a long prompt is processed: a chunk whose delta
+        # is empty. (SSE comment lines never reach a client through the SDK.)
+        body = request.body if isinstance(request.body, dict) else {}
+        return sse(
+            {
+                "id": "chatcmpl-keepalive",
+                "object": "chat.completion.chunk",
+                "created": 1_700_000_000,
+                "model": body.get("model") or "gpt-fake",
+                "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": None}],
+            }
+        )
+
     def stream_events(self, reply: Reply, request: RecordedRequest) -> list[bytes]:
         body = request.body if isinstance(request.body, dict) else {}
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))

@@ -32,6 +32,7 @@ __all__ = [
     "Cut",
     "Hang",
     "HttpError",
+    "Keepalives",
     "RecordedRequest",
     "Reply",
     "ScriptItem",
@@ -146,13 +147,38 @@ class Cut:
 
 @dataclass(frozen=True, slots=True)
 class Hang:
-    """Send the response headers and first event (or nothing at all, with
-    `send_first_event=False`) and then stall until the client goes away or the fake stops."""
+    """Send the response headers and the first wire event of `reply` (or nothing at all, with
+    `send_first_event=False`; the first `after_events` events when that is given) and then
+    stall until the client goes away or the fake stops. With `keepalive_every`, the stalled
+    stream keeps sending the vendor's keepalive event at that interval (seconds): alive, but
+    never finishing - only a turn timeout or a stop ends it."""
 
     send_first_event: bool = True
+    reply: Reply = Reply()
+    after_events: int | None = None
+    keepalive_every: float | None = None
+
+    @property
+    def events_before_stall(self) -> int:
+        if self.after_events is not None:
+            return self.after_events
+        return 1 if self.send_first_event else 0
 
 
-ScriptItem = Reply | HttpError | StreamError | Cut | Hang
+@dataclass(frozen=True, slots=True)
+class Keepalives:
+    """A streamed `reply` that, after its first `after_events` wire events, sends nothing but
+    keepalives (Anthropic `ping`, an OpenAI chunk with an empty delta) every `every` seconds for
+    `duration` seconds, then finishes normally. A client whose stall timeout is shorter than
+    `duration` but longer than `every` must not give up."""
+
+    reply: Reply = Reply(text="worth the wait")
+    after_events: int = 1
+    every: float = 0.05
+    duration: float = 0.5
+
+
+ScriptItem = Reply | HttpError | StreamError | Cut | Hang | Keepalives
 
 
 @dataclass(slots=True)
@@ -327,6 +353,10 @@ class WireFake:
     def error_event(self, error: StreamError) -> bytes:
         raise NotImplementedError
 
+    def keepalive_event(self, request: RecordedRequest) -> bytes:
+        """One wire event that says "still here" and carries nothing."""
+        raise NotImplementedError
+
     def extra_headers(self) -> dict[str, str]:
         return {}
 
@@ -442,20 +472,52 @@ class WireFake:
                 return False
             await self._end_stream(writer)
             return True
-        # Hang
-        if item.send_first_event:
+        if isinstance(item, Keepalives):
             await self._start_stream(writer)
-            await self._send_chunk(writer, self.stream_events(Reply(), request)[0], request)
-        await self._wait_for_disconnect(reader, request)
+            events = self.stream_events(item.reply, request)
+            for event in events[: item.after_events]:
+                await self._send_chunk(writer, event, request)
+            loop = asyncio.get_running_loop()
+            until = loop.time() + item.duration
+            # The fake plays a slow model: its pauses are the behaviour under test.
+            while loop.time() < until:
+                await asyncio.sleep(min(item.every, max(0.0, until - loop.time())))
+                await self._send_chunk(writer, self.keepalive_event(request), request)
+            for event in events[item.after_events :]:
+                await self._send_chunk(writer, event, request)
+            await self._end_stream(writer)
+            return True
+        # Hang
+        if item.send_first_event or item.after_events:
+            await self._start_stream(writer)
+            for event in self.stream_events(item.reply, request)[: item.events_before_stall]:
+                await self._send_chunk(writer, event, request)
+            await self._wait_for_disconnect(reader, request, writer, item.keepalive_every)
+        else:
+            await self._wait_for_disconnect(reader, request)
         return False
 
     async def _wait_for_disconnect(
-        self, reader: asyncio.StreamReader, request: RecordedRequest
+        self,
+        reader: asyncio.StreamReader,
+        request: RecordedRequest,
+        writer: asyncio.StreamWriter | None = None,
+        keepalive_every: float | None = None,
     ) -> None:
         # The client sends nothing more on this connection while it waits for our response, so
         # the next read returns only at EOF: the client closed, or the fake is being stopped.
-        while await reader.read(65536):
-            pass
+        while True:
+            if writer is None or keepalive_every is None:
+                data = await reader.read(65536)
+            else:
+                try:
+                    async with asyncio.timeout(keepalive_every):
+                        data = await reader.read(65536)
+                except TimeoutError:
+                    await self._send_chunk(writer, self.keepalive_event(request), request)
+                    continue
+            if not data:
+                break
         if not self._stopping:
             request.client_gone.set()
 

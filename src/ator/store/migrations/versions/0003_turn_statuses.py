@@ -1,4 +1,5 @@
-"""Turn statuses a client can trust: done only when the model finished.
+"""Turn statuses a client can trust (done only when the model finished), and model calls
+that say when their usage is an estimate.
 
 Revision ID: 0003
 Revises: 0002
@@ -6,6 +7,7 @@ Revises: 0002
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0003"
@@ -32,9 +34,12 @@ def upgrade() -> None:
          WHERE status <> 'running'
     """)
     op.create_check_constraint("ck_turns_status", "turns", f"status in {_NEW}")
+    op.add_column("model_calls", sa.Column("usage_estimated", sa.Boolean(), nullable=False,
+                                           server_default=sa.false()))
 
 
 def downgrade() -> None:
+    op.drop_column("model_calls", "usage_estimated")
     op.drop_constraint("ck_turns_status", "turns", type_="check")
     op.execute("""
         UPDATE turns SET status = CASE
