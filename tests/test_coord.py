@@ -520,8 +520,11 @@ def test_factory_rejects_other_urls(url: str) -> None:
 def test_public_api() -> None:
     assert ator.coord.__all__ == [
         "Coordinator",
+        "Hub",
+        "Listener",
         "LocalCoordinator",
         "RedisCoordinator",
         "Subscription",
+        "Waiter",
         "coordinator_from_url",
     ]

@@ -1,4 +1,9 @@
-"""Health, readiness, metrics and usage (layer: api)."""
+"""Health, readiness, metrics and usage (layer: api).
+
+`/metrics` is private: it answers only to `Authorization: Bearer <ATOR_METRICS_TOKEN>`, and
+with no token configured it does not exist (404), so a deployment never exposes it by
+forgetting a setting.
+"""
 
 from __future__ import annotations
 
@@ -41,10 +46,13 @@ async def readyz(ator: Ator = Depends(get_ator)) -> Response | dict[str, Any]:
 @router.get("/metrics")
 async def metrics(request: Request, ator: Ator = Depends(get_ator)) -> Response:
     token = ator.settings.metrics_token
-    if token is not None:
-        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
-            return problem(401, "unauthenticated", "metrics need the metrics token")
+    if token is None:
+        return problem(404, "not_found", "not found")
+    auth = request.headers.get("authorization", "")
+    given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
+        return problem(401, "unauthenticated", "metrics need the metrics token",
+                       headers={"WWW-Authenticate": "Bearer"})
     ator.runner.metrics.mailbox_depth.set(await usage_store.mailbox_depth(ator.db))
     return Response(ator.runner.metrics.render(),
                     media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -139,8 +139,12 @@ class Ator:
         reaper (e.g. an admin command)."""
         settings = settings or Settings()
         db = await open_database(settings)
-        coord = coordinator or coordinator_from_url(settings.redis_url,
-                                                    prefix=settings.redis_prefix)
+        coord = coordinator or coordinator_from_url(
+            settings.redis_url, prefix=settings.redis_prefix,
+            pool_size=settings.redis_pool_size,
+            request_pool_size=settings.redis_request_pool_size,
+            pool_timeout=settings.redis_pool_timeout,
+        )
         if settings.master_key is not None:
             key = MasterKey.from_b64(settings.master_key.get_secret_value())
         else:
@@ -259,10 +263,15 @@ class Ator:
         """Whether some replica holds the thread's lease (a turn is running)."""
         return await self.coord.holder(lease_key(thread_id)) is not None
 
-    async def stop(self, scope: Scope, thread_id: UUID, reason: str = "user") -> None:
-        """Abort the thread's running turn, on whichever replica runs it."""
+    async def stop(self, scope: Scope, thread_id: UUID, reason: str = "user") -> bool:
+        """Abort the thread's running turn, on whichever replica runs it. Returns whether
+        one was running (some replica held the thread's lease); an idle thread gets no abort,
+        so a turn that starts later is not stopped by it. Raises NotFound (another org's)."""
         await thread_store.get_thread(self.db, scope, thread_id)  # 404 for another org
+        if await self.coord.holder(lease_key(thread_id)) is None:
+            return False
         await self.actor.stop(thread_id, reason)
+        return True
 
     async def events(
         self, scope: Scope, thread_id: UUID, *, after_seq: int = 0, limit: int = 200
@@ -274,22 +283,28 @@ class Ator:
         self, scope: Scope, thread_id: UUID, *, after_seq: int, timeout: float, limit: int = 200
     ) -> list[Event]:
         """Long-poll: events after `after_seq`, waiting up to `timeout` seconds for the next
-        commit. Returns [] on timeout."""
+        commit. Returns [] on timeout. Waits on the coordinator's shared subscription (one
+        connection per process, whatever the number of waiters)."""
         await thread_store.get_thread(self.db, scope, thread_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        async with self.coord.subscribe(thread_channel(thread_id)) as sub:
+        async with self.coord.hub.subscribe(thread_channel(thread_id), inbox=16) as waiter:
+            # Subscribed first, then read: a commit in between is in the read or the inbox.
             found = await self.events(scope, thread_id, after_seq=after_seq, limit=limit)
             if found:
                 return found
-            async with _Inbox(sub) as inbox:
-                while (left := deadline - loop.time()) > 0:
-                    message = await inbox.get(left)
-                    if message is None:
-                        return []
-                    if json.loads(message).get("seq", 0) > after_seq:
-                        return await self.events(scope, thread_id, after_seq=after_seq,
-                                                 limit=limit)
+            dropped = 0
+            while (left := deadline - loop.time()) > 0:
+                message = await waiter.get(left)
+                if message is None:
+                    break
+                # A notice of a later commit, or notices lost to a full inbox: read the truth.
+                if waiter.dropped != dropped or json.loads(message).get("seq", 0) > after_seq:
+                    dropped = waiter.dropped
+                    found = await self.events(scope, thread_id, after_seq=after_seq,
+                                              limit=limit)
+                    if found:
+                        return found
         return []
 
     async def turn(self, scope: Scope, turn_id: UUID) -> Turn:
