@@ -144,11 +144,11 @@ class Hub:
         try:
             if not entry.waiters:
                 async with entry.lock:
-                    listener, entry.subscribed_on = entry.subscribed_on, None
-                    if not entry.waiters and listener is not None and listener is self._listener:
-                        await listener.remove(channel)
-                    elif entry.waiters:
-                        entry.subscribed_on = listener  # someone came back meanwhile
+                    listener = entry.subscribed_on
+                    if not entry.waiters and listener is not None:
+                        entry.subscribed_on = None
+                        if listener is self._listener:  # a lost one has nothing to undo
+                            await listener.remove(channel)
         except CoordinationError:
             pass  # the connection is failing; _lost (or close) resets it
         finally:
