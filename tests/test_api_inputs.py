@@ -139,6 +139,7 @@ async def test_metrics_need_the_metrics_token(serve: Serve) -> None:
                        "unauthenticated")
         ok = await client.get("/metrics", headers=auth(token.get_secret_value()))
         assert ok.status_code == 200 and "ator_turns" in ok.text
+        assert "ator_hub_waiters 0.0" in ok.text
 
 
 # -- stop -----------------------------------------------------------------------------------

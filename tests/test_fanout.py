@@ -14,7 +14,8 @@ from contextlib import AsyncExitStack
 import pytest
 import redis.asyncio
 
-from ator.coord import Coordinator, LocalCoordinator, RedisCoordinator, Waiter
+from ator.coord import Coordinator, Hub, Listener, LocalCoordinator, RedisCoordinator, Waiter
+from ator.coord.base import Deliver, Lost
 from ator.errors import CoordinationError
 from tests.conftest import REDIS_URL
 
@@ -225,3 +226,46 @@ async def test_a_killed_hub_connection_fails_its_waiters_and_the_next_subscribe_
         assert (await connections(coord)).get("hub") == 1
     finally:
         await coord.close()
+
+
+class GatedListener:
+    """A listener whose SUBSCRIBE is sent at once but confirmed only when `gate` opens."""
+
+    def __init__(self) -> None:
+        self.channels: set[str] = set()
+        self.sent = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def add(self, channel: str) -> None:
+        self.channels.add(channel)
+        self.sent.set()
+        await self.gate.wait()
+
+    async def remove(self, channel: str) -> None:
+        self.channels.discard(channel)
+
+    async def close(self) -> None:
+        self.channels.clear()
+
+
+async def test_a_waiter_cancelled_while_subscribing_leaves_no_subscription() -> None:
+    """Cancelled between sending SUBSCRIBE and its confirmation: the hub unsubscribes, and a
+    waiter queued behind it subscribes again."""
+    listener = GatedListener()
+
+    async def open_listener(deliver: Deliver, lost: Lost) -> Listener:
+        return listener
+
+    hub = Hub(open_listener)
+    entering = asyncio.create_task(hub.subscribe("c").__aenter__())
+    await asyncio.wait_for(listener.sent.wait(), DEADLINE)
+    entering.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await entering
+    assert listener.channels == set() and hub.channels == 0
+
+    listener.gate.set()
+    async with hub.subscribe("c"):
+        assert listener.channels == {"c"}
+    assert listener.channels == set() and hub.channels == 0
+    await hub.close()

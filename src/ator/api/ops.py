@@ -54,6 +54,8 @@ async def metrics(request: Request, ator: Ator = Depends(get_ator)) -> Response:
         return problem(401, "unauthenticated", "metrics need the metrics token",
                        headers={"WWW-Authenticate": "Bearer"})
     ator.runner.metrics.mailbox_depth.set(await usage_store.mailbox_depth(ator.db))
+    ator.runner.metrics.hub_waiters.set(ator.coord.hub.waiters)
+    ator.runner.metrics.hub_channels.set(ator.coord.hub.channels)
     return Response(ator.runner.metrics.render(),
                     media_type="text/plain; version=0.0.4; charset=utf-8")
 

@@ -20,6 +20,7 @@ is lost for good, every current waiter's `get` raises CoordinationError and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -131,7 +132,13 @@ class Hub:
             async with entry.lock:
                 if self._listener is None or entry.subscribed_on is not self._listener:
                     listener = await self._ensure_listener()
-                    await listener.add(channel)
+                    try:
+                        await listener.add(channel)
+                    except BaseException:
+                        # Cancelled or failed after the SUBSCRIBE may have been sent: undo
+                        # it (a waiter queued behind us subscribes again).
+                        await asyncio.shield(self._undo(listener, channel))
+                        raise
                     entry.subscribed_on = listener
             yield waiter
         finally:
@@ -155,6 +162,11 @@ class Hub:
             entry.users -= 1
             if entry.users == 0 and self._channels.get(channel) is entry:
                 del self._channels[channel]
+
+    @staticmethod
+    async def _undo(listener: Listener, channel: str) -> None:
+        with contextlib.suppress(CoordinationError):  # a failing connection is reset anyway
+            await listener.remove(channel)
 
     async def _ensure_listener(self) -> Listener:
         async with self._opening:
