@@ -198,9 +198,14 @@ async def test_deep_metadata_is_refused_and_every_thread_stays_readable(
 async def test_thread_metadata_is_bounded_so_a_page_of_threads_stays_small(api: Any) -> None:
     client, admin = await _admin(api, "big metadata")
     setup = (await client.post("/v1/setups", headers=admin, json=SCRIPTED)).json()
+    # 10 MB never reaches the route: the body limit refuses it at the edge.
     huge = await client.post("/v1/threads", headers=admin, json={
         "setup_id": setup["id"], "metadata": {"blob": "x" * (10 * 1024 * 1024)}})
-    assert problem(huge, 422, "too_large")["errors"][0]["loc"] == ["metadata"]
+    assert problem(huge, 413, "payload_too_large")
+    # Under the body limit but over the field's own bound: a 422 naming the field.
+    big = await client.post("/v1/threads", headers=admin, json={
+        "setup_id": setup["id"], "metadata": {"blob": "x" * (100 * 1024)}})
+    assert problem(big, 422, "too_large")["errors"][0]["loc"] == ["metadata"]
     # 20 threads with the largest metadata allowed: the list page is bounded by the limit.
     largest = {"blob": "x" * (64 * 1024 - 20)}
     for _ in range(20):

@@ -520,8 +520,37 @@ def test_factory_rejects_other_urls(url: str) -> None:
 def test_public_api() -> None:
     assert ator.coord.__all__ == [
         "Coordinator",
+        "Hub",
+        "Listener",
         "LocalCoordinator",
         "RedisCoordinator",
         "Subscription",
+        "Waiter",
         "coordinator_from_url",
     ]
+
+
+@pytest.mark.redis
+async def test_an_exhausted_request_pool_waits_boundedly_and_never_starves_coordination(
+) -> None:
+    """Tenant-driven calls (rate-limit counters, lease lookups) have their own bounded pool:
+    when it is exhausted they fail after `pool_timeout` with CoordinationError, while
+    leases and the readiness ping keep working on the coordination pool."""
+    prefix = f"ator-test:{uuid.uuid4().hex}:"
+    coord = RedisCoordinator(REDIS_URL, prefix=prefix, request_pool_size=1, pool_timeout=0.2)
+    pool = coord._requests.connection_pool
+    held = await pool.get_connection()  # what a stuck tenant request would hold
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(CoordinationError):
+            await coord.hit(key(), LONG)
+        assert 0.2 <= loop.time() - started < DEADLINE
+        lease = key()
+        assert await coord.acquire(lease, "t", LONG) is True
+        assert await coord.ping() is True
+        await coord.publish("x", "still flowing")
+    finally:
+        await pool.release(held)
+        await coord.close()
+        await _drop_keys(prefix)

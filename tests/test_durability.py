@@ -46,12 +46,14 @@ async def test_sigkilled_owner_turn_is_reaped_and_the_thread_continues(
     async with make_ator(providers={"durable": recorder}, lease_ttl=1.0,
                          reaper_interval=0.2) as ator:
         scope, thread = await new_thread(ator, "durable")
+        # The child imports the same ator as this process (a PYTHONPATH given to the test
+        # run comes first), plus `tests` from the repository root.
+        pythonpath = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(HERE.parent))
+                                     if p)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(HERE / "procs" / "hanging_turn.py"), database_url,
             str(tmp_path / "child"), str(thread.id), str(scope.org_id),
-            stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                # Keep the caller's path first: the child must run the code under test.
-                p for p in (os.environ.get("PYTHONPATH"), str(HERE.parent)) if p)},
+            stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": pythonpath},
         )
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 60)

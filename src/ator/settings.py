@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     # Namespace of this deployment's keys and channels on a shared Redis.
     redis_prefix: str = "ator:"
+    # Bounded Redis pools, isolated so request traffic cannot starve coordination: leases,
+    # heartbeats, stops and readiness (coordination) vs rate limits and busy lookups
+    # (requests). A caller waits at most redis_pool_timeout seconds for a connection.
+    redis_pool_size: int = Field(default=32, ge=2)
+    redis_request_pool_size: int = Field(default=32, ge=1)
+    redis_pool_timeout: float = Field(default=2.0, gt=0)
 
     # AES-256-GCM master key, base64 of 32 bytes. Unset: a key file is created in data_dir
     # (fine for one machine; set it explicitly for more than one).
@@ -117,10 +123,17 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     rate_limit_per_minute: int = 600  # per (org, user), global across replicas
+    # Request bodies larger than this are refused (413) before routing, parsing and auth.
+    # The largest legitimate request is a 100,000-character message (up to ~600 kB as JSON).
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # Concurrent long-polls (GET …/events?wait=) per user and per org, counted per process.
+    max_waits_per_user: int = Field(default=20, ge=1)
+    max_waits_per_org: int = Field(default=200, ge=1)
+    # /metrics answers only with this bearer token; unset, /metrics is 404.
     metrics_token: SecretStr | None = None
     # With no API key in the database yet, serve creates an operator admin key: this one if
     # set (automation, tests), else a random one printed once.
-    bootstrap_key: SecretStr | None = None  # /metrics requires it as a bearer token when set
+    bootstrap_key: SecretStr | None = None
 
     # Logs: JSON when not on a terminal, unless forced.
     log_json: bool | None = None

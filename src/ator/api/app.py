@@ -1,7 +1,8 @@
 """The HTTP application (layer: api; imports fastapi, engine.runtime, api.*).
 
 `create_app(settings)` builds the FastAPI app whose lifespan opens the runtime (database,
-coordinator, engine, reaper). All routes are under /v1 except health and metrics.
+coordinator, engine, reaper). All routes are under /v1 except health and metrics. The body
+limit (api.limits.BodyLimit) wraps everything: it runs before routing, parsing and auth.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from fastapi import FastAPI
 
 import ator
 from ator.api import ops, orgs, setups, threads
+from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.runtime import Ator
 from ator.providers.base import Provider
@@ -85,6 +87,9 @@ def create_app(
         description="Self-hosted, multi-tenant runtime for LLM agents.",
         lifespan=lifespan,
     )
+    app.state.wait_slots = WaitSlots(per_user=settings.max_waits_per_user,
+                                     per_org=settings.max_waits_per_org)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_problem_handlers(app)
     for module in (ops, orgs, setups, threads):
         app.include_router(module.router)

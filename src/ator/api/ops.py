@@ -1,4 +1,9 @@
-"""Health, readiness, metrics and usage (layer: api)."""
+"""Health, readiness, metrics and usage (layer: api).
+
+`/metrics` is private: it answers only to `Authorization: Bearer <ATOR_METRICS_TOKEN>`, and
+with no token configured it does not exist (404), so a deployment never exposes it by
+forgetting a setting.
+"""
 
 from __future__ import annotations
 
@@ -26,13 +31,7 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", response_model=None)
 async def readyz(ator: Ator = Depends(get_ator)) -> Response | dict[str, Any]:
-    checks: dict[str, str] = {}
-    try:
-        await ator.db.ping()
-        checks["database"] = "ok"
-    except Exception as exc:  # readiness reports, it does not raise
-        checks["database"] = f"error: {type(exc).__name__}"
-    checks["coordinator"] = "ok" if await ator.coord.ping() else "error"
+    checks = {name: "ok" if ok else "error" for name, ok in (await ator.ready()).items()}
     if any(v != "ok" for v in checks.values()):
         return problem(503, "not_ready", "a dependency is not ready", checks=checks)
     return {"status": "ready", "checks": checks}
@@ -41,11 +40,16 @@ async def readyz(ator: Ator = Depends(get_ator)) -> Response | dict[str, Any]:
 @router.get("/metrics")
 async def metrics(request: Request, ator: Ator = Depends(get_ator)) -> Response:
     token = ator.settings.metrics_token
-    if token is not None:
-        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
-            return problem(401, "unauthenticated", "metrics need the metrics token")
+    if token is None:
+        return problem(404, "not_found", "not found")
+    auth = request.headers.get("authorization", "")
+    given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
+        return problem(401, "unauthenticated", "metrics need the metrics token",
+                       headers={"WWW-Authenticate": "Bearer"})
     ator.runner.metrics.mailbox_depth.set(await usage_store.mailbox_depth(ator.db))
+    ator.runner.metrics.hub_waiters.set(ator.coord.hub.waiters)
+    ator.runner.metrics.hub_channels.set(ator.coord.hub.channels)
     return Response(ator.runner.metrics.render(),
                     media_type="text/plain; version=0.0.4; charset=utf-8")
 

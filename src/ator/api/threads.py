@@ -1,8 +1,12 @@
 """Threads, their messages, events, turns and stop (layer: api).
 
 `POST …/messages` answers 202 with the mailbox item; a resend with the same
-`client_message_id` answers 202 with the same item and `created: false`, and runs nothing.
-`GET …/events?wait=N` is a long-poll that returns as soon as a new event is committed.
+`client_message_id` answers 202 with the same item and `created: false`, and runs nothing;
+the same id with different content is a 409 `idempotency_conflict`.
+`GET …/events?wait=N` is a long-poll that returns as soon as a new event is committed; each
+user and org may hold a bounded number at once (429 `too_many_waits`).
+`POST …/stop` says whether a turn was running: 202 `{"stop": "requested", "running": true}`
+or 200 `{"stop": "idle", "running": false}`.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ator.api import views
 from ator.api.auth import get_ator, require
+from ator.api.limits import WaitSlots
 from ator.api.schemas import MessageIn, ThreadIn
 from ator.engine.runtime import Ator
 from ator.errors import ValidationFailed
@@ -98,12 +103,16 @@ async def list_events(
     after_seq: int = Query(default=0, ge=0, le=2**62),
     limit: int = Query(default=200, ge=1, le=1000),
     wait: float = Query(default=0, ge=0, le=60),
+    *,
+    request: Request,
     p: Principal = Depends(require("viewer")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
     if wait > 0:
-        found = await ator.wait_events(p.scope, thread_id, after_seq=after_seq, timeout=wait,
-                                       limit=limit)
+        slots: WaitSlots = request.app.state.wait_slots
+        with slots.hold(p.org_id, p.user_id):
+            found = await ator.wait_events(p.scope, thread_id, after_seq=after_seq,
+                                           timeout=wait, limit=limit)
     else:
         await thread_store.get_thread(ator.db, p.scope, thread_id)
         found = await ator.events(p.scope, thread_id, after_seq=after_seq, limit=limit)
@@ -131,7 +140,11 @@ async def get_turn(
 
 @router.post("/threads/{thread_id}/stop", status_code=202)
 async def stop_thread(
-    thread_id: UUID, p: Principal = Depends(require("member")), ator: Ator = Depends(get_ator)
+    thread_id: UUID, response: Response, p: Principal = Depends(require("member")),
+    ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    await ator.stop(p.scope, thread_id)
-    return {"thread_id": str(thread_id), "stop": "requested", "reason": "cancelled:user"}
+    if await ator.stop(p.scope, thread_id):
+        return {"thread_id": str(thread_id), "stop": "requested", "running": True,
+                "reason": "cancelled:user"}
+    response.status_code = 200
+    return {"thread_id": str(thread_id), "stop": "idle", "running": False}

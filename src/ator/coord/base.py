@@ -6,15 +6,26 @@ Postgres stays the truth; a lost coordinator only delays work until leases expir
 reaper sweeps.
 
 Two implementations: `LocalCoordinator` (one process) and `RedisCoordinator` (many replicas).
+
+Two ways to receive: `subscribe(*channels)` gives a subscription of its own (on Redis, its own
+connection: for the few long-lived listeners of the engine), and `hub.subscribe(channel)`
+shares one connection per process among any number of waiters (see coord.fanout: for
+anything a tenant's request can multiply, such as long-polls).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-__all__ = ["Coordinator", "Subscription"]
+if TYPE_CHECKING:
+    from ator.coord.fanout import Hub
+
+__all__ = ["Coordinator", "Deliver", "Listener", "Lost", "Subscription"]
+
+Deliver = Callable[[str, str], None]  # (channel, message), called on the reader's task
+Lost = Callable[[BaseException], None]  # the listener's connection is gone for good
 
 
 @runtime_checkable
@@ -27,8 +38,28 @@ class Subscription(Protocol):
 
 
 @runtime_checkable
+class Listener(Protocol):
+    """One pub/sub connection whose channels change while it lives: the hub's transport.
+
+    Channels are not reference-counted here (the hub does that); adding a channel twice is
+    harmless, removing it once ends it."""
+
+    async def add(self, channel: str) -> None:
+        """Subscribe `channel`; returns once messages published after it will be delivered.
+        Raises CoordinationError."""
+        ...
+
+    async def remove(self, channel: str) -> None:
+        """Unsubscribe `channel` (does not wait for the confirmation)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
 class Coordinator(Protocol):
     name: str
+    hub: Hub  # the process's shared subscription (coord.fanout)
 
     async def acquire(self, key: str, token: str, ttl: float) -> bool:
         """Take the lease `key` for `token` if free (or already ours); True on success."""
@@ -50,6 +81,11 @@ class Coordinator(Protocol):
 
     def subscribe(self, *channels: str) -> AbstractAsyncContextManager[Subscription]:
         """Subscribe; the subscription is live when the context is entered."""
+        ...
+
+    async def listen(self, deliver: Deliver, lost: Lost) -> Listener:
+        """Open one pub/sub connection with no channel yet; `deliver` gets its messages.
+        Used by the hub; anything else wants `hub.subscribe` or `subscribe`."""
         ...
 
     async def mark(self, key: str, ttl: float) -> None:

@@ -17,7 +17,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 
-from ator.coord.base import Subscription
+from ator.coord.base import Deliver, Listener, Lost, Subscription
+from ator.coord.fanout import Hub
 
 __all__ = ["LocalCoordinator"]
 
@@ -74,6 +75,30 @@ class _LocalSubscription:
         self._queue.put_nowait(None)
 
 
+class _LocalListener:
+    """The hub's listener in one process: a subscriber whose channels change."""
+
+    def __init__(self, owner: LocalCoordinator, deliver: Deliver) -> None:
+        self._owner = owner
+        self._deliver_to = deliver
+        self._channels: set[str] = set()
+
+    def _deliver(self, item: tuple[str, str]) -> None:
+        self._deliver_to(*item)
+
+    async def add(self, channel: str) -> None:
+        self._channels.add(channel)
+        self._owner._attach(self, (channel,))
+
+    async def remove(self, channel: str) -> None:
+        self._channels.discard(channel)
+        self._owner._detach(self, (channel,))
+
+    async def close(self) -> None:
+        self._owner._detach(self, tuple(self._channels))
+        self._channels.clear()
+
+
 class LocalCoordinator:
     """Coordinator for a single process. `clock` returns seconds (monotonic)."""
 
@@ -84,8 +109,9 @@ class LocalCoordinator:
         self._leases: dict[str, tuple[str, float]] = {}  # key -> (token, expires_at)
         self._marks: dict[str, float] = {}  # key -> expires_at
         self._hits: dict[str, tuple[int, int, float]] = {}  # key -> (window no, count, ends_at)
-        self._subscribers: dict[str, set[_LocalSubscription]] = {}
+        self._subscribers: dict[str, set[_LocalSubscription | _LocalListener]] = {}
         self._sweep_at = _MIN_SWEEP
+        self.hub = Hub(self.listen)
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -142,11 +168,17 @@ class LocalCoordinator:
             raise ValueError("subscribe needs at least one channel")
         return _LocalSubscription(self, tuple(dict.fromkeys(channels)))
 
-    def _attach(self, subscription: _LocalSubscription, channels: tuple[str, ...]) -> None:
+    async def listen(self, deliver: Deliver, lost: Lost) -> Listener:
+        """A listener for the hub; in one process it cannot be lost, so `lost` is unused."""
+        return _LocalListener(self, deliver)
+
+    def _attach(self, subscription: _LocalSubscription | _LocalListener,
+                channels: tuple[str, ...]) -> None:
         for channel in channels:
             self._subscribers.setdefault(channel, set()).add(subscription)
 
-    def _detach(self, subscription: _LocalSubscription, channels: tuple[str, ...]) -> None:
+    def _detach(self, subscription: _LocalSubscription | _LocalListener,
+                channels: tuple[str, ...]) -> None:
         for channel in channels:
             subscribers = self._subscribers.get(channel)
             if subscribers is not None:
@@ -185,6 +217,7 @@ class LocalCoordinator:
 
     async def close(self) -> None:
         """End every live subscription and forget all state. Idempotent."""
+        await self.hub.close()
         for subscribers in list(self._subscribers.values()):
             for subscription in list(subscribers):
                 await subscription.close()

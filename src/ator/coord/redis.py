@@ -11,22 +11,35 @@ sharing a Redis server must differ in prefix, not just in db.
 Lease ownership is decided inside Redis by small Lua scripts (acquire-or-refresh,
 compare-and-pexpire, compare-and-delete), so two replicas can never both believe they hold
 a lease that Redis says is one token's.
+
+Connections come from separate, bounded pools, so what tenants' requests drive cannot starve
+what keeps turns alive: `coord` (leases, heartbeats, marks, publishes, the abort listener's
+and the readiness ping) and `requests` (rate-limit counters, lease lookups for busy/stop).
+A pool that is exhausted makes a caller wait at most `pool_timeout`, then fail with
+CoordinationError. Subscriptions of `subscribe()` each hold a connection of their own (the
+engine's few long-lived listeners); the hub (coord.fanout) holds exactly one for every
+waiter of the process. Connections are named `<prefix>coord`, `<prefix>requests`,
+`<prefix>pubsub` and `<prefix>hub` (CLIENT LIST shows who holds what).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
+import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, cast
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from ator.coord.base import Subscription
+from ator.coord.base import Deliver, Listener, Lost, Subscription
+from ator.coord.fanout import Hub
 from ator.errors import ConfigError, CoordinationError
 
 __all__ = ["RedisCoordinator"]
@@ -98,7 +111,7 @@ class _RedisSubscription:
         if self._closed or self._pubsub is not None:
             raise RuntimeError("a subscription can be entered once")
         owner = self._owner
-        pubsub = owner._client.pubsub()
+        pubsub = owner._pubsub_client.pubsub()
         self._pubsub = pubsub
         owner._subscriptions.add(self)
         try:
@@ -199,29 +212,162 @@ class _RedisSubscription:
         await asyncio.wait({reader}, timeout=self._owner._timeout)
 
 
+class _RedisListener:
+    """The hub's one pubsub connection; channels are added and removed while it lives.
+
+    It always stays subscribed to a private channel of its own, so the connection is never
+    in redis-py's "not subscribed" state and the reader can simply block. `add` waits for the
+    server's confirmation (matched in order per channel), so a message published after `add`
+    returned is delivered."""
+
+    def __init__(self, owner: RedisCoordinator, deliver: Deliver, lost: Lost) -> None:
+        self._owner = owner
+        self._deliver = deliver
+        self._lost = lost
+        self._pubsub: PubSub = owner._hub_client.pubsub()
+        self._own = f"{owner._prefix}hub:{uuid.uuid4().hex}"
+        self._confirming: dict[str, deque[asyncio.Future[None]]] = {}
+        self._writing = asyncio.Lock()  # one command at a time on the shared connection
+        self._reader: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        try:
+            with _map_errors:
+                await self._pubsub.subscribe(self._own)
+                async with asyncio.timeout(self._owner._timeout):
+                    while True:  # the first confirmation: ours, nobody else's can come first
+                        message = await self._pubsub.get_message(timeout=self._owner._timeout)
+                        if message is not None and message["type"] == "subscribe":
+                            break
+        except TimeoutError as exc:
+            await self.close()
+            raise CoordinationError("redis: SUBSCRIBE was not confirmed in time") from exc
+        except BaseException:
+            await self.close()
+            raise
+        self._reader = asyncio.create_task(self._read(), name="ator-redis-hub")
+
+    async def add(self, channel: str) -> None:
+        if self._closed:
+            raise CoordinationError("redis: the hub's connection is closed")
+        prefixed = self._owner._prefix + channel
+        confirmed = asyncio.get_running_loop().create_future()
+        self._confirming.setdefault(prefixed, deque()).append(confirmed)
+        try:
+            async with self._writing:
+                with _map_errors:
+                    await self._pubsub.subscribe(prefixed)
+            async with asyncio.timeout(self._owner._timeout):
+                await confirmed
+        except TimeoutError as exc:
+            raise CoordinationError("redis: SUBSCRIBE was not confirmed in time") from exc
+        finally:
+            pending = self._confirming.get(prefixed)
+            if pending is not None and confirmed in pending:
+                pending.remove(confirmed)
+                if not pending:
+                    del self._confirming[prefixed]
+
+    async def remove(self, channel: str) -> None:
+        if self._closed:
+            return
+        async with self._writing:
+            with _map_errors:
+                await self._pubsub.unsubscribe(self._owner._prefix + channel)
+
+    async def _read(self) -> None:
+        prefix = len(self._owner._prefix)
+        try:
+            while True:
+                message = await self._pubsub.get_message(timeout=None)
+                if message is None:
+                    continue
+                kind, channel = message["type"], message["channel"]
+                if kind == "message" and channel != self._own:
+                    self._deliver(channel[prefix:], message["data"])
+                elif kind == "subscribe":
+                    # After a reconnect redis-py resubscribes: confirmations nobody awaits.
+                    pending = self._confirming.get(channel)
+                    if pending:
+                        waiting = pending.popleft()
+                        if not waiting.done():
+                            waiting.set_result(None)
+        except RedisError as exc:
+            # redis-py already retried and resubscribed; this is final.
+            error = CoordinationError(f"redis: the hub's subscription was lost: {exc}")
+            error.__cause__ = exc
+            self._fail(error)
+        except Exception as exc:  # a bug here must reach the waiters, not vanish
+            self._fail(exc)
+
+    def _fail(self, error: BaseException) -> None:
+        for pending in self._confirming.values():
+            for waiting in pending:
+                if not waiting.done():
+                    waiting.set_exception(error)
+        self._lost(error)
+        self._closed = True
+        # The connection itself is released by close(), which the coordinator calls.
+        self._owner._dead_listeners.add(self)
+
+    async def close(self) -> None:
+        """Stop the reader and close the connection. Idempotent."""
+        self._closed = True
+        reader, self._reader = self._reader, None
+        if reader is not None and not reader.done():
+            reader.cancel()
+            await asyncio.wait({reader})
+        with _map_errors:
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]  # unannotated upstream
+
+
 class RedisCoordinator:
     """Coordinator over Redis (`redis://` or `rediss://` URL), for many replicas.
 
     `timeout` bounds connecting, each command, and waiting for SUBSCRIBE confirmations.
+    `pool_size` and `request_pool_size` bound the `coord` and `requests` pools; waiting for
+    a connection of either takes at most `pool_timeout` seconds.
     Raises ConfigError for a URL redis-py cannot parse; every method raises
     CoordinationError when Redis fails (except `ping`, which answers False).
     """
 
     name = "redis"
 
-    def __init__(self, url: str, *, prefix: str = "ator:", timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "ator:",
+        timeout: float = 5.0,
+        pool_size: int = 32,
+        request_pool_size: int = 32,
+        pool_timeout: float = 2.0,
+    ) -> None:
+        options: dict[str, Any] = {
+            "decode_responses": True,
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+        }
         try:
-            self._client = Redis.from_url(
-                url,
-                decode_responses=True,
-                socket_timeout=timeout,
-                socket_connect_timeout=timeout,
-            )
+            self._client = Redis.from_pool(BlockingConnectionPool.from_url(
+                url, max_connections=pool_size, timeout=pool_timeout,
+                client_name=f"{prefix}coord", **options))
+            self._requests = Redis.from_pool(BlockingConnectionPool.from_url(
+                url, max_connections=request_pool_size, timeout=pool_timeout,
+                client_name=f"{prefix}requests", **options))
+            # Dedicated subscriptions: as many as the engine opens (a handful per process).
+            self._pubsub_client = Redis.from_pool(ConnectionPool.from_url(
+                url, client_name=f"{prefix}pubsub", **options))
+            self._hub_client = Redis.from_pool(ConnectionPool.from_url(
+                url, client_name=f"{prefix}hub", **options))
         except ValueError as exc:
             raise ConfigError(f"invalid Redis URL: {exc}") from exc
         self._prefix = prefix
         self._timeout = timeout
         self._subscriptions: set[_RedisSubscription] = set()
+        self._dead_listeners: set[_RedisListener] = set()
+        self.hub = Hub(self.listen)
         # register_script only hashes the text; the first call loads it into the server.
         self._acquire = self._client.register_script(_ACQUIRE)
         self._extend = self._client.register_script(_EXTEND)
@@ -247,7 +393,7 @@ class RedisCoordinator:
 
     async def holder(self, key: str) -> str | None:
         with _map_errors:
-            token = await self._client.get(self._prefix + "lease:" + key)
+            token = await self._requests.get(self._prefix + "lease:" + key)
         return cast("str | None", token)  # decode_responses=True: never bytes
 
     # -- pub/sub ----------------------------------------------------------------------------
@@ -263,6 +409,16 @@ class RedisCoordinator:
             raise ValueError("subscribe needs at least one channel")
         prefixed = tuple(dict.fromkeys(self._prefix + channel for channel in channels))
         return _RedisSubscription(self, prefixed)
+
+    async def listen(self, deliver: Deliver, lost: Lost) -> Listener:
+        """Open the hub's connection (see `_RedisListener`). Raises CoordinationError."""
+        for dead in list(self._dead_listeners):  # connections of listeners that failed
+            self._dead_listeners.discard(dead)
+            with contextlib.suppress(CoordinationError):  # already broken: best effort
+                await dead.close()
+        listener = _RedisListener(self, deliver, lost)
+        await listener.start()
+        return listener
 
     # -- marks and counters -----------------------------------------------------------------
 
@@ -282,7 +438,7 @@ class RedisCoordinator:
         number = math.floor(time.time() / window)
         name = f"{self._prefix}hit:{key}:{number}"
         with _map_errors:
-            async with self._client.pipeline(transaction=True) as pipe:
+            async with self._requests.pipeline(transaction=True) as pipe:
                 pipe.incr(name)
                 pipe.pexpire(name, window_ms)
                 count, _ = await pipe.execute()
@@ -298,10 +454,15 @@ class RedisCoordinator:
             return False
 
     async def close(self) -> None:
-        """Close live subscriptions, then the client and its connection pool."""
+        """Close the hub and live subscriptions, then the clients and their pools."""
         try:
+            await self.hub.close()
             for subscription in list(self._subscriptions):
                 await subscription.close()
+            for dead in list(self._dead_listeners):
+                await dead.close()
         finally:
             with _map_errors:
-                await self._client.aclose()
+                for client in (self._client, self._requests, self._pubsub_client,
+                               self._hub_client):
+                    await client.aclose()

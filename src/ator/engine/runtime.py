@@ -31,7 +31,7 @@ import ator
 from ator.agent.caps import Caps
 from ator.agent.hooks import LoopHook
 from ator.coord import coordinator_from_url
-from ator.coord.base import Coordinator, Subscription
+from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
 from ator.engine.actor import Actor, lease_key
 from ator.engine.follow import TurnFollow
@@ -147,8 +147,12 @@ class Ator:
                                           settings.data_dir / "master.key")
         db = await open_database(settings)
         try:
-            coord = coordinator or coordinator_from_url(settings.redis_url,
-                                                        prefix=settings.redis_prefix)
+            coord = coordinator or coordinator_from_url(
+                settings.redis_url, prefix=settings.redis_prefix,
+                pool_size=settings.redis_pool_size,
+                request_pool_size=settings.redis_request_pool_size,
+                pool_timeout=settings.redis_pool_timeout,
+            )
         except BaseException:
             await db.close()
             raise
@@ -330,10 +334,15 @@ class Ator:
         """Whether some replica holds the thread's lease (a turn is running)."""
         return await self.coord.holder(lease_key(thread_id)) is not None
 
-    async def stop(self, scope: Scope, thread_id: UUID, reason: str = "user") -> None:
-        """Abort the thread's running turn, on whichever replica runs it."""
+    async def stop(self, scope: Scope, thread_id: UUID, reason: str = "user") -> bool:
+        """Abort the thread's running turn, on whichever replica runs it. Returns whether
+        one was running (some replica held the thread's lease); an idle thread gets no abort,
+        so a turn that starts later is not stopped by it. Raises NotFound (another org's)."""
         await thread_store.get_thread(self.db, scope, thread_id)  # 404 for another org
+        if await self.coord.holder(lease_key(thread_id)) is None:
+            return False
         await self.actor.stop(thread_id, reason)
+        return True
 
     async def events(
         self, scope: Scope, thread_id: UUID, *, after_seq: int = 0, limit: int = 200
@@ -345,22 +354,28 @@ class Ator:
         self, scope: Scope, thread_id: UUID, *, after_seq: int, timeout: float, limit: int = 200
     ) -> list[Event]:
         """Long-poll: events after `after_seq`, waiting up to `timeout` seconds for the next
-        commit. Returns [] on timeout."""
+        commit. Returns [] on timeout. Waits on the coordinator's shared subscription (one
+        connection per process, whatever the number of waiters)."""
         await thread_store.get_thread(self.db, scope, thread_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        async with self.coord.subscribe(thread_channel(thread_id)) as sub:
+        async with self.coord.hub.subscribe(thread_channel(thread_id), inbox=16) as waiter:
+            # Subscribed first, then read: a commit in between is in the read or the inbox.
             found = await self.events(scope, thread_id, after_seq=after_seq, limit=limit)
             if found:
                 return found
-            async with _Inbox(sub) as inbox:
-                while (left := deadline - loop.time()) > 0:
-                    message = await inbox.get(left)
-                    if message is None:
-                        return []
-                    if json.loads(message).get("seq", 0) > after_seq:
-                        return await self.events(scope, thread_id, after_seq=after_seq,
-                                                 limit=limit)
+            dropped = 0
+            while (left := deadline - loop.time()) > 0:
+                message = await waiter.get(left)
+                if message is None:
+                    break
+                # A notice of a later commit, or notices lost to a full inbox: read the truth.
+                if waiter.dropped != dropped or json.loads(message).get("seq", 0) > after_seq:
+                    dropped = waiter.dropped
+                    found = await self.events(scope, thread_id, after_seq=after_seq,
+                                              limit=limit)
+                    if found:
+                        return found
         return []
 
     async def turn(self, scope: Scope, turn_id: UUID) -> Turn:
@@ -384,20 +399,22 @@ class Ator:
         for a lease TTL, it catches up from the database, from the message's own event."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        async with self.coord.subscribe(thread_channel(thread_id)) as sub:
+        async with self.coord.hub.subscribe(thread_channel(thread_id)) as waiter:
             item, _created = await self.submit(scope, thread_id, text,
                                                client_message_id=client_message_id)
             follow = TurnFollow(str(item.id))
-            async with _Inbox(sub) as inbox:
-                while not follow.done:
-                    left = deadline - loop.time()
-                    if left <= 0:
-                        raise TimeoutError(f"no reply within {timeout:g}s")
-                    message = await inbox.get(min(left, self.settings.lease_ttl))
-                    if message is None:
-                        await self._catch_up(scope, thread_id, follow)
-                    else:
-                        follow.feed(json.loads(message).get("events", []))
+            dropped = 0
+            while not follow.done:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise TimeoutError(f"no reply within {timeout:g}s")
+                message = await waiter.get(min(left, self.settings.lease_ttl))
+                if message is None or waiter.dropped != dropped:
+                    # Silence for a lease TTL, or notices lost to a full inbox: read the truth.
+                    dropped = waiter.dropped
+                    await self._catch_up(scope, thread_id, follow)
+                if message is not None:
+                    follow.feed(json.loads(message).get("events", []))
         assert follow.ended is not None and follow.turn_id is not None
         data = follow.ended
         return TurnResult(
@@ -420,33 +437,3 @@ class Ator:
                 return
             follow.feed(event_frame(e) for e in page)
             follow.seq = max(follow.seq, page[-1].seq)
-
-
-class _Inbox:
-    """Reads a subscription into a queue, so waiting with a timeout never cancels the
-    subscription's own iterator."""
-
-    def __init__(self, sub: Subscription) -> None:
-        self._sub = sub
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> _Inbox:
-        self._task = asyncio.create_task(self._read())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    async def _read(self) -> None:
-        async for _channel, message in self._sub:
-            self._queue.put_nowait(message)
-
-    async def get(self, timeout: float) -> str | None:
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except TimeoutError:
-            return None

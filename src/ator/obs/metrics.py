@@ -1,7 +1,9 @@
 """Prometheus metrics of one process (layer: obs; imports prometheus_client).
 
 Counters live per replica, as Prometheus expects (each replica is scraped); the mailbox
-depth is read from the database at scrape time, so it is the same on every replica.
+depth is read from the database at scrape time, so it is the same on every replica. The hub
+gauges (waiters and channels on this process's shared subscription) are read at scrape time
+too.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ class Metrics:
                               registry=r)
         self.mailbox_depth = Gauge("ator_mailbox_depth", "Mailbox items waiting for a turn",
                                    registry=r)
+        self.hub_waiters = Gauge("ator_hub_waiters",
+                                 "Waiters (e.g. long-polls) on this process's shared subscription",
+                                 registry=r)
+        self.hub_channels = Gauge("ator_hub_channels",
+                                  "Channels subscribed on this process's shared subscription",
+                                  registry=r)
 
     def model_call(self, *, input: int, output: int, cache_read: int, cache_write: int,
                    usd: Decimal) -> None:

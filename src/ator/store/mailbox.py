@@ -1,9 +1,10 @@
 """The durable mailbox of each thread (layer: store; imports sqlalchemy, ator.store.*).
 
 `submit` inserts an item unique per (thread, client_message_id), so a resend, even a
-concurrent one, is a no-op that returns the item already there. Items are drained by
-`store.turns.start_turn`; `pending_threads` lets the reaper find threads with work that no
-replica picked up (the replica that took the message died before running it).
+concurrent one, is a no-op that returns the item already there; a client id reused for
+different content (or by another sender) is refused as an `idempotency_conflict`. Items are
+drained by `store.turns.start_turn`; `pending_threads` lets the reaper find threads with
+work that no replica picked up (the replica that took the message died before running it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from ator.errors import NotFound
+from ator.errors import Conflict, NotFound
 from ator.store.database import Database, first
 from ator.store.records import MailboxItem
 from ator.store.schema import mailbox
@@ -64,7 +65,9 @@ async def submit(
     content: dict[str, Any],
 ) -> tuple[MailboxItem, bool]:
     """Insert an item; returns (item, created). A duplicate returns the first item, created
-    False. Raises NotFound when the thread is not this org's or is in the trash."""
+    False. Raises NotFound when the thread is not this org's or is in the trash, and
+    Conflict (`idempotency_conflict`) when the first item differs in kind, content or
+    sender."""
     params = {
         "id": uuid.uuid4(), "org_id": scope.org_id, "thread_id": thread_id,
         "cmid": client_message_id, "kind": kind, "sender": scope.user_id,
@@ -85,6 +88,15 @@ async def submit(
     )
     if existing is None:
         raise NotFound("thread not found")
+    # No race: ON CONFLICT waited for the row that blocked the INSERT to commit, this read
+    # (a new statement, so a new snapshot) sees it, and a mailbox row's kind, content and
+    # sender never change after it is written.
+    if (existing.kind, existing.content, existing.sender) != (kind, content, scope.user_id):
+        raise Conflict(
+            f"client_message_id {client_message_id!r} was already used for a different "
+            "message in this thread",
+            code="idempotency_conflict",
+        )
     return _item(existing), False
 
 
