@@ -23,6 +23,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'

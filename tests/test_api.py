@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from ator import Ator
-from ator.api.app import bootstrap_admin_key, create_app
+from ator.api.app import create_app
 
 
 @pytest.fixture
@@ -18,7 +18,8 @@ async def api(make_ator) -> AsyncIterator[tuple[httpx.AsyncClient, str, Ator]]:
     async with make_ator(rate_limit_per_minute=1000) as runtime:
         app = create_app(runtime.settings, runtime=runtime)
         app.state.ator = runtime
-        key = await bootstrap_admin_key(runtime, announce=False)
+        made = await runtime.access.bootstrap()
+        key = made[0] if made is not None else None
         if key is None:  # the session database already has keys: make a fresh operator
             from ator.store import keys as key_store
             from ator.store import orgs as org_store

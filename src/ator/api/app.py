@@ -19,46 +19,15 @@ from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.runtime import Ator
 from ator.providers.base import Provider
-from ator.security.keys import hash_key, parse_prefix
 from ator.settings import Settings
-from ator.store import keys as key_store
-from ator.store import orgs as org_store
-from ator.store.scope import Scope
 
-__all__ = ["bootstrap_admin_key", "create_app"]
+__all__ = ["announce_bootstrap", "create_app"]
 
-_BOOTSTRAP_LOCK = 0x61746F73  # pg advisory lock key serializing the first start
-
-
-async def bootstrap_admin_key(runtime: Ator, *, announce: bool = True) -> str | None:
-    """On a database with no API key: create the operator org, an admin and a key.
-
-    Replicas starting together on an empty database serialize on an advisory lock, so only
-    one creates it. Returns the key (a random one is printed once to stderr when `announce`;
-    a preset ATOR_BOOTSTRAP_KEY is never printed), or None if keys exist."""
-    async with runtime.db.advisory_lock(_BOOTSTRAP_LOCK):
-        if await key_store.any_key_exists(runtime.db):
-            return None
-        org = await runtime.create_org("operator")
-        await key_store.mark_operator(runtime.db, org.id)
-        scope = Scope(org.id)
-        user_id = await org_store.create_user(runtime.db, scope, "admin@localhost", "admin")
-        record, key = await key_store.create_key(runtime.db, scope, user_id=user_id,
-                                                 name="bootstrap", role="admin")
-        preset = runtime.settings.bootstrap_key
-        if preset is not None:
-            wanted = preset.get_secret_value()
-            if parse_prefix(wanted) is None:
-                raise ValueError("ATOR_BOOTSTRAP_KEY must look like ator_<8 hex>_<secret>")
-            await key_store.replace_key_hash(runtime.db, record.id, wanted[5:13],
-                                             hash_key(wanted))
-            return wanted
-    if announce:
-        print(
-            f"\nator: created the operator org and its admin API key (shown once):\n  {key}\n",
-            file=sys.stderr, flush=True,
-        )
-    return key
+def announce_bootstrap(runtime_key: tuple[str, bool] | None) -> None:
+    """Print a newly created operator key once, to stderr (a preset one is never printed)."""
+    if runtime_key is not None and not runtime_key[1]:
+        print(f"\nator: created the operator org and its admin API key (shown once):\n"
+              f"  {runtime_key[0]}\n", file=sys.stderr, flush=True)
 
 
 def create_app(
@@ -75,7 +44,7 @@ def create_app(
         rt = runtime or await Ator.open(settings, providers=providers)
         app.state.ator = rt
         try:
-            await bootstrap_admin_key(rt)
+            announce_bootstrap(await rt.access.bootstrap())
             yield
         finally:
             if owned:

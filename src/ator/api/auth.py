@@ -1,7 +1,8 @@
-"""Who is calling, and may they (layer: api; imports store.keys, coord).
+"""Who is calling, and may they (layer: api; imports engine).
 
 Every /v1 route depends on `require(role)`: the one place roles are enforced. A key is read
-from `Authorization: Bearer <key>` (or `X-API-Key`), its principal looked up by hash, the
+from `Authorization: Bearer <key>` (or `X-API-Key`), its principal looked up by hash
+(`Ator.access`: cached briefly, no write per request), the
 per-(org, user) rate limit counted on the coordinator (so it is global across replicas), and
 the ids put into contextvars for logging. Another org's resources are then simply not found:
 repositories filter by the principal's org.
@@ -18,7 +19,7 @@ from fastapi import Depends, Request
 from ator.context import org_id_var, request_id_var
 from ator.engine.runtime import Ator
 from ator.errors import AtorError, Forbidden, RateLimited
-from ator.store.keys import Principal, authenticate
+from ator.store.records import Principal
 
 __all__ = ["ROLE_RANK", "get_ator", "require"]
 
@@ -49,7 +50,7 @@ async def _principal(request: Request, ator: Ator = Depends(get_ator)) -> Princi
     key = _key_from(request)
     if not key:
         raise Unauthenticated("an API key is required (Authorization: Bearer <key>)")
-    principal = await authenticate(ator.db, key)
+    principal = await ator.access.authenticate(key)
     if principal is None:
         raise Unauthenticated("the API key is not valid or was revoked")
     org_id_var.set(str(principal.org_id))

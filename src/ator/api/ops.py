@@ -17,9 +17,7 @@ from ator.api.auth import get_ator, require
 from ator.api.problems import problem
 from ator.engine.runtime import Ator
 from ator.errors import ValidationFailed
-from ator.store import usage as usage_store
-from ator.store.keys import Principal
-from ator.store.usage import month_bounds
+from ator.store.records import Principal
 
 router = APIRouter()
 
@@ -47,7 +45,7 @@ async def metrics(request: Request, ator: Ator = Depends(get_ator)) -> Response:
     if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
         return problem(401, "unauthenticated", "metrics need the metrics token",
                        headers={"WWW-Authenticate": "Bearer"})
-    ator.runner.metrics.mailbox_depth.set(await usage_store.mailbox_depth(ator.db))
+    ator.runner.metrics.mailbox_depth.set(await ator.tenancy.mailbox_depth())
     ator.runner.metrics.hub_waiters.set(ator.coord.hub.waiters)
     ator.runner.metrics.hub_channels.set(ator.coord.hub.channels)
     return Response(ator.runner.metrics.render(),
@@ -66,8 +64,9 @@ async def usage(
     else:
         try:
             first = date.fromisoformat(month + "-01")
-            month_bounds(first)  # the month after must exist too
-        except ValueError as exc:
+            rows = await ator.tenancy.usage(p.scope, month=first, group=group_by)
+        except ValueError as exc:  # the month, or the one after it, cannot be represented
             raise ValidationFailed("month must be YYYY-MM", code="invalid_month") from exc
-    rows = await usage_store.usage(ator.db, p.scope, month=first, group=group_by)
+        return {"month": first.isoformat()[:7], "group_by": group_by, "data": rows}
+    rows = await ator.tenancy.usage(p.scope, month=first, group=group_by)
     return {"month": first.isoformat()[:7], "group_by": group_by, "data": rows}

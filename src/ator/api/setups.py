@@ -14,8 +14,7 @@ from ator.api import views
 from ator.api.auth import get_ator, require
 from ator.api.schemas import SetupIn, SetupPatch
 from ator.engine.runtime import Ator
-from ator.store import setups as setup_store
-from ator.store.keys import Principal
+from ator.store.records import Principal
 
 router = APIRouter(prefix="/v1/setups")
 
@@ -37,7 +36,7 @@ async def list_setups(
     p: Principal = Depends(require("viewer")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    found = await setup_store.list_setups(ator.db, p.scope, include_archived=include_archived)
+    found = await ator.setups(p.scope, include_archived=include_archived)
     return {"data": [views.setup(s) for s in found]}
 
 
@@ -45,7 +44,7 @@ async def list_setups(
 async def get_setup(
     setup_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return views.setup(await setup_store.get_setup(ator.db, p.scope, setup_id))
+    return views.setup(await ator.setup(p.scope, setup_id))
 
 
 @router.patch("/{setup_id}")
@@ -61,4 +60,4 @@ async def patch_setup(
 async def archive_setup(
     setup_id: UUID, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return views.setup(await setup_store.archive_setup(ator.db, p.scope, setup_id))
+    return views.setup(await ator.archive_setup(p.scope, setup_id))

@@ -25,8 +25,7 @@ from ator.api.limits import WaitSlots
 from ator.api.schemas import MessageIn, ThreadIn
 from ator.engine.runtime import Ator
 from ator.errors import ValidationFailed
-from ator.store import threads as thread_store
-from ator.store.keys import Principal
+from ator.store.records import Principal
 
 router = APIRouter(prefix="/v1")
 
@@ -63,9 +62,8 @@ async def list_threads(
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
     before = _parse_cursor(cursor) if cursor else None
-    found = await thread_store.list_threads(
-        ator.db, p.scope, limit=limit + 1, before=before, setup_id=setup_id, parent_id=parent_id
-    )
+    found = await ator.threads(p.scope, limit=limit + 1, before=before, setup_id=setup_id,
+                               parent_id=parent_id)
     page = found[:limit]
     next_cursor = _cursor(page[-1]) if len(found) > limit else None
     return {"data": [views.thread(t) for t in page], "next_cursor": next_cursor}
@@ -75,7 +73,7 @@ async def list_threads(
 async def get_thread(
     thread_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    thread = await thread_store.get_thread(ator.db, p.scope, thread_id)
+    thread = await ator.thread(p.scope, thread_id)
     return views.thread(thread, busy=await ator.busy(thread_id))
 
 
@@ -83,7 +81,7 @@ async def get_thread(
 async def delete_thread(
     thread_id: UUID, p: Principal = Depends(require("member")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    await thread_store.delete_thread(ator.db, p.scope, thread_id)
+    await ator.delete_thread(p.scope, thread_id)
     return {"id": str(thread_id), "deleted": True}
 
 
@@ -114,7 +112,7 @@ async def list_events(
             found = await ator.wait_events(p.scope, thread_id, after_seq=after_seq,
                                            timeout=wait, limit=limit)
     else:
-        await thread_store.get_thread(ator.db, p.scope, thread_id)
+        await ator.thread(p.scope, thread_id)
         found = await ator.events(p.scope, thread_id, after_seq=after_seq, limit=limit)
     last = found[-1].seq if found else after_seq
     return {"data": [views.event(e) for e in found], "last_seq": last}
@@ -127,7 +125,7 @@ async def list_turns(
     p: Principal = Depends(require("viewer")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    await thread_store.get_thread(ator.db, p.scope, thread_id)
+    await ator.thread(p.scope, thread_id)
     return {"data": [views.turn(t) for t in await ator.turns(p.scope, thread_id, limit=limit)]}
 
 

@@ -10,8 +10,7 @@ from typing import Any
 
 from ator.engine.wire import event_frame
 from ator.security.redact import redact
-from ator.store.keys import ApiKey
-from ator.store.records import Event, MailboxItem, Org, Setup, Thread, Turn
+from ator.store.records import ApiKey, Event, MailboxItem, Org, Setup, Thread, Turn
 
 __all__ = ["event", "item", "key", "org", "setup", "thread", "turn"]
 

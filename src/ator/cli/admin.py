@@ -22,9 +22,7 @@ from rich.text import Text
 from ator.cli.edge import load_settings, user_errors
 from ator.cli.render import console, err_console, fail, money
 from ator.engine.runtime import Ator
-from ator.errors import Conflict
-from ator.store import keys as key_store
-from ator.store import orgs as org_store
+from ator.store.records import ApiKey
 from ator.store.scope import ROLES, Scope
 
 __all__ = ["admin_app"]
@@ -81,7 +79,7 @@ def create_org(
 ) -> None:
     """Create an org (a tenant). Prints its id."""
     monthly, top = _usd(budget, "--budget"), _usd(ceiling, "--ceiling")
-    org = _run(lambda ator: org_store.create_org(ator.db, name, monthly_budget_usd=monthly,
+    org = _run(lambda ator: ator.tenancy.create_org(name, monthly_budget_usd=monthly,
                                                  budget_ceiling_usd=top))
     err_console.print(f"created org {org.name!r} (monthly budget "
                       f"{_money(org.monthly_budget_usd)}, ceiling "
@@ -96,7 +94,7 @@ def set_ceiling(
 ) -> None:
     """Set or clear the operator's monthly budget ceiling of an org."""
     top = None if ceiling.lower() == "none" else _usd(ceiling, "the ceiling")
-    found = _run(lambda ator: org_store.set_org_ceiling(ator.db, Scope(org), top))
+    found = _run(lambda ator: ator.tenancy.set_ceiling(Scope(org), top))
     err_console.print(f"org {found.name!r}: ceiling {_money(found.budget_ceiling_usd)}, "
                       f"limit in force {_money(found.budget_limit_usd)}")
 
@@ -114,14 +112,10 @@ def create_key(
     if not _EMAIL.fullmatch(email):
         fail("--email must be an email address")
 
-    async def work(ator: Ator) -> tuple[key_store.ApiKey, str]:
+    async def work(ator: Ator) -> tuple[ApiKey, str]:
         scope = Scope(org)
-        await org_store.get_org(ator.db, scope)  # NotFound: a clear error, not a bare insert
-        try:
-            user_id = await org_store.create_user(ator.db, scope, email, role)
-        except Conflict:
-            user_id = await org_store.find_user(ator.db, scope, email)
-        return await key_store.create_key(ator.db, scope, user_id=user_id, name=name, role=role)
+        await ator.tenancy.org(scope)  # NotFound: a clear error, not a bare insert
+        return await ator.access.issue_key(scope, email=email, role=role, name=name)
 
     record, key = _run(work)
     err_console.print(f"created {record.role} key {record.name!r} ({record.id}) for {email} "
@@ -133,7 +127,7 @@ def create_key(
 @admin_app.command("list-orgs")
 def list_orgs() -> None:
     """List every org with its budget and ceiling."""
-    found = _run(lambda ator: org_store.list_orgs(ator.db))
+    found = _run(lambda ator: ator.tenancy.all_orgs())
     table = Table()
     for column in ("id", "name", "monthly budget", "ceiling", "created"):
         table.add_column(column, no_wrap=column != "name")
@@ -146,9 +140,8 @@ def list_orgs() -> None:
 @admin_app.command()
 def bootstrap() -> None:
     """Create the operator org and its admin key if the database has no key yet."""
-    from ator.api.app import bootstrap_admin_key
-
-    key = _run(lambda ator: bootstrap_admin_key(ator, announce=False))
+    made = _run(lambda ator: ator.access.bootstrap())
+    key = made[0] if made is not None else None
     if key is None:
         err_console.print(Text("API keys exist already: nothing to do (create more with "
                                "`ator admin create-key`).", style="yellow"))

@@ -26,7 +26,6 @@ from ator.cli.render import TurnView
 from ator.engine.follow import TurnFollow
 from ator.engine.runtime import Ator
 from ator.engine.wire import delta_channel, event_frame
-from ator.store import threads as thread_store
 from ator.store.scope import Scope
 
 __all__ = ["Conversation", "LocalConversation", "RemoteConversation", "Sent", "TurnFollower"]
@@ -63,7 +62,7 @@ class LocalConversation:
 
     async def send(self, text: str) -> Sent:
         await self._listen_deltas()
-        thread = await thread_store.get_thread(self.ator.db, self.scope, self._id)
+        thread = await self.ator.thread(self.scope, self._id)
         item, _ = await self.ator.submit(self.scope, self._id, text,
                                          client_message_id=uuid.uuid4().hex)
         return Sent(str(item.id), thread.last_seq)

@@ -24,9 +24,6 @@ from ator.providers.registry import (
     default_provider,
 )
 from ator.settings import Settings
-from ator.store import orgs as org_store
-from ator.store import setups as setup_store
-from ator.store import threads as thread_store
 from ator.store.records import Org, Setup, Thread
 from ator.store.scope import Scope
 
@@ -99,15 +96,15 @@ class Workspace:
         new one. Raises NotFound when an explicit `org_id` does not exist."""
         state = CliState(ator.settings.data_dir, ator.db.url)
         if org_id is not None:
-            return cls(ator, state, await org_store.get_org(ator.db, Scope(org_id)), reused=True)
+            return cls(ator, state, await ator.tenancy.org(Scope(org_id)), reused=True)
         remembered = _uuid(state.get("org_id"))
         if remembered is not None:
             try:
-                org = await org_store.get_org(ator.db, Scope(remembered))
+                org = await ator.tenancy.org(Scope(remembered))
                 return cls(ator, state, org, reused=True)
             except NotFound:
                 state.set("org_id", None)
-        named = [o for o in await org_store.list_orgs(ator.db) if o.name == ORG_NAME]
+        named = [o for o in await ator.tenancy.all_orgs() if o.name == ORG_NAME]
         reused = bool(named)
         org = named[0] if named else await ator.create_org(ORG_NAME)
         state.set("org_id", str(org.id))
@@ -125,11 +122,11 @@ class Workspace:
         found: Setup | None = None
         if remembered is not None:
             try:
-                found = await setup_store.get_setup(self.ator.db, self.scope, remembered)
+                found = await self.ator.setup(self.scope, remembered)
             except NotFound:
                 found = None
         if found is None or not spec.matches(found):
-            candidates = await setup_store.list_setups(self.ator.db, self.scope)
+            candidates = await self.ator.setups(self.scope)
             found = next((s for s in candidates if s.name == spec.name and spec.matches(s)),
                          None)
         reused = found is not None
@@ -143,12 +140,12 @@ class Workspace:
         return found, reused
 
     async def setup_by_id(self, setup_id: UUID) -> Setup:
-        return await setup_store.get_setup(self.ator.db, self.scope, setup_id)
+        return await self.ator.setup(self.scope, setup_id)
 
     async def thread_by_id(self, thread_id: UUID) -> Thread:
         """Raises NotFound (with a hint) when the thread is not in this org."""
         try:
-            return await thread_store.get_thread(self.ator.db, self.scope, thread_id)
+            return await self.ator.thread(self.scope, thread_id)
         except NotFound as exc:
             raise NotFound(f"thread {thread_id} not found in org {self.org.name} "
                            f"({self.org.id}); pass --org if it is another org's") from exc
@@ -160,7 +157,7 @@ class Workspace:
         remembered = None if new else _uuid(self.state.get(key))
         if remembered is not None:
             try:
-                thread = await thread_store.get_thread(self.ator.db, self.scope, remembered)
+                thread = await self.ator.thread(self.scope, remembered)
                 if thread.setup_id == setup.id:
                     return thread, True
             except NotFound:

@@ -23,6 +23,7 @@ import socket
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -33,10 +34,12 @@ from ator.agent.hooks import LoopHook
 from ator.coord import coordinator_from_url
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
+from ator.engine.access import Access
 from ator.engine.actor import Actor, lease_key
 from ator.engine.follow import TurnFollow
 from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
+from ator.engine.tenancy import Tenancy
 from ator.engine.turn import TurnRunner
 from ator.engine.wire import event_frame, thread_channel
 from ator.errors import ConfigError, Conflict, ValidationFailed
@@ -51,7 +54,6 @@ from ator.settings import Settings
 from ator.store import events as event_store
 from ator.store import mailbox as mailbox_store
 from ator.store import orgs as org_store
-from ator.store import secrets as secret_store
 from ator.store import setups as setup_store
 from ator.store import threads as thread_store
 from ator.store import turns as turn_store
@@ -104,6 +106,8 @@ class Ator:
         self.master_key = master_key
         self.owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}"
         self.publisher = Publisher(coord)
+        self.access = Access(db, settings)
+        self.tenancy = Tenancy(db, master_key)
         self.runner = TurnRunner(
             db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
             prices=prices, master_key=master_key, owner=self.owner,
@@ -216,14 +220,18 @@ class Ator:
 
     # Tenancy and configuration ---------------------------------------------------------
 
-    async def create_org(self, name: str, *, monthly_budget_usd: Decimal | None = None) -> Org:
-        return await org_store.create_org(self.db, name, monthly_budget_usd=monthly_budget_usd)
+    async def create_org(
+        self, name: str, *, monthly_budget_usd: Decimal | None = None,
+        budget_ceiling_usd: Decimal | None = None,
+    ) -> Org:
+        return await self.tenancy.create_org(name, monthly_budget_usd=monthly_budget_usd,
+                                             budget_ceiling_usd=budget_ceiling_usd)
 
     async def set_budget(self, scope: Scope, monthly_budget_usd: Decimal | None) -> Org:
         return await org_store.set_org_budget(self.db, scope, monthly_budget_usd)
 
     async def put_secret(self, scope: Scope, name: str, value: str) -> None:
-        await secret_store.put_secret(self.db, self.master_key, scope, name, value)
+        await self.tenancy.put_secret(scope, name, value)
 
     def validate_setup(
         self,
@@ -301,6 +309,30 @@ class Ator:
         return await thread_store.create_thread(
             self.db, scope, setup_id, title=title, instructions=instructions, metadata=metadata
         )
+
+    async def setup(self, scope: Scope, setup_id: UUID) -> Setup:
+        return await setup_store.get_setup(self.db, scope, setup_id)
+
+    async def setups(self, scope: Scope, *, include_archived: bool = False) -> list[Setup]:
+        return await setup_store.list_setups(self.db, scope, include_archived=include_archived)
+
+    async def archive_setup(self, scope: Scope, setup_id: UUID) -> Setup:
+        return await setup_store.archive_setup(self.db, scope, setup_id)
+
+    async def thread(self, scope: Scope, thread_id: UUID) -> Thread:
+        """The thread, or NotFound (another org's thread is not found either)."""
+        return await thread_store.get_thread(self.db, scope, thread_id)
+
+    async def threads(
+        self, scope: Scope, *, limit: int = 50, before: tuple[datetime, UUID] | None = None,
+        setup_id: UUID | None = None, parent_id: UUID | None = None,
+    ) -> list[Thread]:
+        """Newest first; `before` is the (created_at, id) of the last thread of a page."""
+        return await thread_store.list_threads(self.db, scope, limit=limit, before=before,
+                                               setup_id=setup_id, parent_id=parent_id)
+
+    async def delete_thread(self, scope: Scope, thread_id: UUID) -> None:
+        await thread_store.delete_thread(self.db, scope, thread_id)
 
     # Conversation ----------------------------------------------------------------------
 

@@ -6,8 +6,6 @@ Keys are stored hashed; `authenticate` is the one lookup the API does per reques
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -16,6 +14,7 @@ import sqlalchemy as sa
 from ator.errors import NotFound, ValidationFailed
 from ator.security.keys import hash_key, new_key, parse_prefix
 from ator.store.database import Database, first
+from ator.store.records import ApiKey, Principal
 from ator.store.schema import api_keys, users
 from ator.store.scope import ROLES, Scope
 
@@ -29,32 +28,6 @@ __all__ = [
     "mark_operator",
     "revoke_key",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    org_id: UUID
-    user_id: UUID
-    role: str
-    key_id: UUID
-    operator: bool  # the key's org runs this installation (may manage other orgs)
-
-    @property
-    def scope(self) -> Scope:
-        return Scope(self.org_id, self.user_id, self.role)
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKey:
-    id: UUID
-    org_id: UUID
-    user_id: UUID
-    name: str
-    prefix: str
-    role: str
-    revoked_at: datetime | None
-    last_used_at: datetime | None
-    created_at: datetime
 
 
 def _key(row: Any) -> ApiKey:

@@ -1,4 +1,6 @@
-"""Row types returned by repositories (layer: store; imports nothing of ator)."""
+"""Row types returned by repositories (layer: store; imports store.scope).
+
+The transport layers read these types; they never import the repositories themselves."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-__all__ = ["Event", "MailboxItem", "Org", "Setup", "Thread", "Turn"]
+from ator.store.scope import Scope
+
+__all__ = ["ApiKey", "Event", "MailboxItem", "Org", "Principal", "Setup", "Thread", "Turn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +105,29 @@ class Turn:
     ended_at: datetime | None
     heartbeat_at: datetime
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    org_id: UUID
+    user_id: UUID
+    role: str
+    key_id: UUID
+    operator: bool  # the key's org runs this installation (may manage other orgs)
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(self.org_id, self.user_id, self.role)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    id: UUID
+    org_id: UUID
+    user_id: UUID
+    name: str
+    prefix: str
+    role: str
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+    created_at: datetime

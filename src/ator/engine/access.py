@@ -1,0 +1,130 @@
+"""Who may call, with which key (layer: engine; imports store, security).
+
+The service behind authentication, API keys and provisioning, for the HTTP API and the CLI
+alike (neither touches the key store directly).
+
+Authentication is read-mostly: a key's principal is cached by the key's hash for a few
+seconds (bounded LRU), so a busy key is not a database round trip per request, and
+`last_used_at` is written at most once a minute per key instead of on every request (one
+key used to be one hot row). A key revoked here leaves this replica's cache at once; other
+replicas stop accepting it within `AUTH_CACHE_TTL` seconds.
+
+Provisioning: `bootstrap` creates the operator org, its admin and key on an empty database
+(replicas starting together serialize on an advisory lock, so one creates it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from ator.errors import Conflict
+from ator.security.keys import hash_key, parse_prefix
+from ator.settings import Settings
+from ator.store import keys as key_store
+from ator.store import orgs as org_store
+from ator.store.database import Database
+from ator.store.records import ApiKey, Principal
+from ator.store.scope import Scope
+
+__all__ = ["AUTH_CACHE_TTL", "Access"]
+
+AUTH_CACHE_TTL = 10.0  # seconds a cached principal is trusted (revocation delay elsewhere)
+_TOUCH_EVERY = 60.0  # seconds between writes of one key's last_used_at
+_CACHE_SIZE = 10_000
+_BOOTSTRAP_LOCK = 0x61746F73  # pg advisory lock key serializing the first start
+
+_LOOKUP = sa.text("""
+SELECT k.id, k.org_id, k.user_id, k.role,
+       COALESCE((o.settings ->> 'operator')::boolean, false) AS operator,
+       EXTRACT(EPOCH FROM now() - COALESCE(k.last_used_at, 'epoch'::timestamptz)) AS idle
+  FROM api_keys k JOIN orgs o ON o.id = k.org_id
+ WHERE k.hash = :hash AND k.revoked_at IS NULL
+""")
+_TOUCH = sa.text("UPDATE api_keys SET last_used_at = now() WHERE id = :id")
+
+
+class Access:
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self._db = db
+        self._settings = settings
+        # key hash -> (principal, cached at, last_used_at written at), monotonic seconds
+        self._cache: OrderedDict[str, tuple[Principal, float, float]] = OrderedDict()
+
+    async def authenticate(self, key: str) -> Principal | None:
+        """The principal of a valid, unrevoked key; None otherwise."""
+        if parse_prefix(key) is None:
+            return None
+        digest = hash_key(key)
+        now = time.monotonic()
+        hit = self._cache.get(digest)
+        if hit is not None and now - hit[1] < AUTH_CACHE_TTL:
+            self._cache.move_to_end(digest)
+            principal, _cached, touched = hit
+            if now - touched >= _TOUCH_EVERY:
+                await self._db.write(_TOUCH, {"id": principal.key_id})
+                self._cache[digest] = (principal, hit[1], now)
+            return principal
+        rows = await self._db.read(_LOOKUP, {"hash": digest})
+        if not rows:
+            self._cache.pop(digest, None)
+            return None
+        row = rows[0]
+        principal = Principal(row.org_id, row.user_id, row.role, row.id, bool(row.operator))
+        touched = hit[2] if hit is not None else now - float(row.idle)
+        if now - touched >= _TOUCH_EVERY:
+            await self._db.write(_TOUCH, {"id": row.id})
+            touched = now
+        self._cache[digest] = (principal, now, touched)
+        self._cache.move_to_end(digest)
+        while len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return principal
+
+    async def issue_key(
+        self, scope: Scope, *, email: str, role: str, name: str
+    ) -> tuple[ApiKey, str]:
+        """A key for the org's user `email` (created if new). The key is returned once."""
+        try:
+            user_id = await org_store.create_user(self._db, scope, email, role)
+        except Conflict:
+            user_id = await org_store.find_user(self._db, scope, email)
+        return await key_store.create_key(self._db, scope, user_id=user_id, name=name,
+                                          role=role)
+
+    async def list_keys(self, scope: Scope) -> list[ApiKey]:
+        return await key_store.list_keys(self._db, scope)
+
+    async def revoke_key(self, scope: Scope, key_id: UUID) -> ApiKey:
+        revoked = await key_store.revoke_key(self._db, scope, key_id)
+        # This replica stops accepting it now; others within AUTH_CACHE_TTL.
+        for digest, (principal, _, _) in list(self._cache.items()):
+            if principal.key_id == key_id:
+                del self._cache[digest]
+        return revoked
+
+    async def bootstrap(self) -> tuple[str, bool] | None:
+        """On a database with no API key: create the operator org, an admin and a key.
+        Returns (key, preset) - preset when it is ATOR_BOOTSTRAP_KEY, which the caller must
+        not print - or None if keys exist already."""
+        async with self._db.advisory_lock(_BOOTSTRAP_LOCK):
+            if await key_store.any_key_exists(self._db):
+                return None
+            org = await org_store.create_org(self._db, "operator")
+            await key_store.mark_operator(self._db, org.id)
+            scope = Scope(org.id)
+            user_id = await org_store.create_user(self._db, scope, "admin@localhost", "admin")
+            record, key = await key_store.create_key(self._db, scope, user_id=user_id,
+                                                     name="bootstrap", role="admin")
+            preset = self._settings.bootstrap_key
+            if preset is None:
+                return key, False
+            wanted = preset.get_secret_value()
+            if parse_prefix(wanted) is None:
+                raise ValueError("ATOR_BOOTSTRAP_KEY must look like ator_<8 hex>_<secret>")
+            await key_store.replace_key_hash(self._db, record.id, wanted[5:13],
+                                             hash_key(wanted))
+            return wanted, True
