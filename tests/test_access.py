@@ -1,0 +1,36 @@
+"""Authentication is read-mostly: no write per request, a revoked key stops at once on the
+replica that revoked it, and last_used_at still moves (at most once a minute)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from ator import Scope
+from ator.store.schema import api_keys
+
+
+async def test_authenticating_many_times_writes_last_used_at_once(make_ator) -> None:
+    async with make_ator() as ator:
+        org = await ator.create_org("keys")
+        record, key = await ator.access.issue_key(Scope(org.id), email="a@x.io", role="member",
+                                                  name="k")
+        before = ator.db.stats.commits
+        for _ in range(50):
+            principal = await ator.access.authenticate(key)
+            assert principal is not None and principal.key_id == record.id
+        assert ator.db.stats.commits - before == 1  # the first use, not fifty
+        [row] = await ator.db.read(sa.select(api_keys.c.last_used_at)
+                                   .where(api_keys.c.id == record.id))
+        assert row.last_used_at is not None
+
+
+async def test_a_revoked_key_is_refused_at_once_on_the_revoking_replica(make_ator) -> None:
+    async with make_ator() as ator:
+        org = await ator.create_org("revoke")
+        scope = Scope(org.id)
+        record, key = await ator.access.issue_key(scope, email="b@x.io", role="admin",
+                                                  name="k")
+        assert await ator.access.authenticate(key) is not None  # now cached
+        await ator.access.revoke_key(scope, record.id)
+        assert await ator.access.authenticate(key) is None
+        assert await ator.access.authenticate("ator_deadbeef_not-a-key") is None
