@@ -320,3 +320,46 @@ async def test_token_deltas_reach_a_listener_on_another_replica_through_redis(
     text = "".join(f.get("text", "") for f in frames if f["type"] == "TextDelta")
     assert text == result.text == "hello from replica A"
     assert all(f["ephemeral"] is True and f["turn_id"] == str(result.turn_id) for f in frames)
+
+
+async def test_token_deltas_of_a_turn_in_another_process_reach_this_one(
+    make_ator, database_url: str, tmp_path,
+) -> None:
+    """Replica A is a separate process; this process (replica B) only listens, on Redis."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import REDIS_URL
+
+    prefix = f"ator-test-deltas-{os.getpid()}-{id(tmp_path)}:"
+    # B knows the provider's name (to write the setup) but never runs it: A does.
+    async with make_ator(providers={"pieces": Exploding()}, redis_url=REDIS_URL,
+                         redis_prefix=prefix, engine=False) as b:
+        scope, thread = await new_thread(b, "pieces")
+        frames: list[dict[str, Any]] = []
+        async with b.coord.subscribe(delta_channel(thread.id)) as sub:
+            async def read() -> None:
+                async for _channel, message in sub:
+                    frames.extend(json.loads(message))
+                    if any(f["type"] == "MessageStop" for f in frames):
+                        return
+
+            reader = asyncio.create_task(read())
+            here = Path(__file__).parent
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                p for p in (os.environ.get("PYTHONPATH"), str(here.parent)) if p)}
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, str(here / "procs" / "streaming_replica.py"), database_url,
+                str(tmp_path / "a"), REDIS_URL, prefix, str(thread.id), str(scope.org_id),
+                stdout=asyncio.subprocess.PIPE, env=env,
+            )
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            assert await asyncio.wait_for(proc.wait(), 30) == 0
+            await asyncio.wait_for(reader, 10)
+    turn_id = line.split()[1].decode()
+    texts = [f["text"] for f in frames if f["type"] == "TextDelta"]
+    assert "".join(texts) == "one two three four"
+    assert len(texts) >= 2  # it streamed: several batches, not the reply at once
+    assert all(f["turn_id"] == turn_id and f["ephemeral"] for f in frames)
