@@ -105,11 +105,24 @@ async def guarded(deployments: DeploymentFactory) -> Client:
 
 @pytest.mark.parametrize("base_url", [
     "http://169.254.169.254/latest/meta-data/", "http://[::1]:9/", "http://0x7f000001:9/",
-    "http://2130706433:9/", "http://0177.0.0.1:9/", "http://10.0.0.1/", "http://localhost:9/",
+    "http://2130706433:9/", "http://0177.0.0.1:9/", "http://10.0.0.1/",
 ])
-async def test_a_refused_tenant_url_ends_the_turn_with_egress_blocked(
+async def test_a_refused_tenant_address_is_refused_when_the_setup_is_written(
     guarded: Client, base_url: str,
 ) -> None:
-    ended = await _turn(guarded, "openai", {"base_url": base_url})
+    refused = await guarded.request("POST", "/v1/setups", json={
+        "name": f"s-{uuid.uuid4().hex[:6]}", "provider": "openai", "model": "gpt-4o-mini",
+        "config": {"base_url": base_url}})
+    assert refused.status_code == 422, refused.text
+    body = refused.json()
+    assert body["code"] == "egress_blocked" and body["errors"][0]["loc"] == ["config", "base_url"]
+    assert PROCESS_KEY not in refused.text
+
+
+async def test_a_name_resolving_to_a_refused_address_ends_the_turn_with_egress_blocked(
+    guarded: Client,
+) -> None:
+    # A name can only be judged once resolved: at the call, by the transport.
+    ended = await _turn(guarded, "openai", {"base_url": "http://localhost:9/"})
     assert ended["stop_reason"] == "error:egress", ended
     assert "refused" in ended["error"] and PROCESS_KEY not in ended["error"]

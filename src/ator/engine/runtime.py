@@ -42,7 +42,7 @@ from ator.engine.reaper import Reaper
 from ator.engine.tenancy import Tenancy
 from ator.engine.turn import TurnRunner
 from ator.engine.wire import event_frame, thread_channel
-from ator.errors import ConfigError, Conflict, ValidationFailed
+from ator.errors import ConfigError, Conflict, EgressBlocked, ValidationFailed
 from ator.providers.base import Provider
 from ator.providers.config import ConfigPolicy, ProviderConfig, parse_provider_config
 from ator.providers.preload import preload
@@ -254,6 +254,12 @@ class Ator:
         except ConfigError as exc:
             code = exc.code if exc.code != ConfigError.code else "invalid_cap"
             raise refuse(("config", "caps"), exc.message, code) from None
+        base_url = getattr(parsed, "base_url", None)
+        if base_url:
+            try:  # a private or non-https endpoint is refused now, not at the first turn
+                self.providers.check_endpoint(str(base_url))
+            except EgressBlocked as exc:
+                raise refuse(("config", "base_url"), exc.message, exc.code) from None
         if tool_policy is not None:
             parse_tool_policy(tool_policy)
         return parsed

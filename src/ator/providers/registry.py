@@ -93,6 +93,11 @@ class ProviderRegistry:
         """How many built providers the cache holds now."""
         return len(self._cache)
 
+    def check_endpoint(self, url: str) -> None:
+        """Judge a tenant endpoint when it is written (scheme, a literal address in any
+        spelling); the transport still admits every request. Raises EgressBlocked."""
+        self._egress.guard.check_url(url)
+
     def known(self) -> list[str]:
         return sorted({*KNOWN_PROVIDERS, *self._overrides})
 
