@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -40,6 +41,34 @@ def _render(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+# Checking a schema against the meta-schema costs more than a whole turn's database work, and
+# registries are built per turn: compiled validators are shared, by the schema's JSON text.
+_VALIDATORS: OrderedDict[str, Draft202012Validator] = OrderedDict()
+_VALIDATORS_MAX = 4096
+
+
+def _validator(tool: Tool) -> Draft202012Validator:
+    """The compiled validator of a tool's schema; ConfigError for an invalid schema."""
+    try:
+        key = json.dumps(tool.input_schema, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"tool {tool.name!r} has an input schema that is not JSON") from exc
+    found = _VALIDATORS.get(key)
+    if found is not None:
+        _VALIDATORS.move_to_end(key)
+        return found
+    try:
+        Draft202012Validator.check_schema(tool.input_schema)
+    except SchemaError as exc:
+        raise ConfigError(
+            f"tool {tool.name!r} has an invalid input schema: {exc.message}"
+        ) from exc
+    found = _VALIDATORS[key] = Draft202012Validator(tool.input_schema)
+    while len(_VALIDATORS) > _VALIDATORS_MAX:
+        _VALIDATORS.popitem(last=False)
+    return found
+
+
 class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
@@ -54,14 +83,8 @@ class ToolRegistry:
             if existing.input_schema != tool.input_schema:
                 raise ConfigError(f"two tools named {tool.name!r} with different schemas")
             return
-        try:
-            Draft202012Validator.check_schema(tool.input_schema)
-        except SchemaError as exc:
-            raise ConfigError(
-                f"tool {tool.name!r} has an invalid input schema: {exc.message}"
-            ) from exc
+        self._validators[tool.name] = _validator(tool)
         self._tools[tool.name] = tool
-        self._validators[tool.name] = Draft202012Validator(tool.input_schema)
 
     def __contains__(self, name: str) -> bool:
         return name in self._tools
