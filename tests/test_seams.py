@@ -363,3 +363,24 @@ async def test_token_deltas_of_a_turn_in_another_process_reach_this_one(
     assert "".join(texts) == "one two three four"
     assert len(texts) >= 2  # it streamed: several batches, not the reply at once
     assert all(f["turn_id"] == turn_id and f["ephemeral"] for f in frames)
+
+
+async def test_shutdown_closes_every_part_even_when_one_fails(settings_factory) -> None:
+    from ator import Ator
+    from ator.coord.local import LocalCoordinator
+
+    class BrokenClose(LocalCoordinator):
+        async def close(self) -> None:
+            await super().close()
+            raise RuntimeError("coordinator close failed")
+
+    ator = await Ator.open(settings_factory(), coordinator=BrokenClose())
+    try:
+        await ator.close()
+    except RuntimeError as exc:
+        assert "coordinator close failed" in str(exc)
+    else:
+        raise AssertionError("the failure must be reported")
+    # What came after the failing part was closed all the same.
+    assert ator.db.pool.is_closing()
+    assert not ator.actor.listening
