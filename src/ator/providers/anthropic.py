@@ -23,7 +23,6 @@ import anthropic
 import httpx2
 
 from ator.errors import AtorError, ConfigError, ContextOverflow, ProviderError
-from ator.net.guard import egress_refusal
 from ator.providers.base import (
     KEEPALIVE,
     STOP_REASONS,
@@ -40,7 +39,7 @@ from ator.providers.base import (
     UsageUpdate,
 )
 from ator.providers.retry import retry_after
-from ator.providers.upstream import connection_error, describe, error_fields, log_raw
+from ator.providers.upstream import connection_error, describe, error_fields, log_raw, ours
 
 __all__ = ["DEFAULT_BASE_URL", "MAX_CACHE_BREAKPOINTS", "AnthropicProvider", "build_params"]
 
@@ -416,12 +415,8 @@ def _stop_reason(reason: str | None) -> str:
 def _map_error(exc: Exception) -> AtorError:
     """The one mapping of SDK and transport exceptions. Messages name the failure, never
     repeat an upstream body (see providers/upstream.py); details go to the debug log."""
-    if (refused := egress_refusal(exc)) is not None:
-        return refused  # the egress guard refused the URL: typed, never retried as "network"
-    if isinstance(exc, ProviderError):
-        return exc
-    if isinstance(exc, AtorError):  # ours, raised inside the transport
-        return connection_error("anthropic", exc)
+    if (own := ours("anthropic", exc)) is not None:
+        return own
     if isinstance(exc, anthropic.APIStatusError):
         log_raw("anthropic", exc.status_code, exc.body)
         error_type, detail = error_fields(exc.body)

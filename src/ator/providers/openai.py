@@ -25,7 +25,6 @@ import httpx2
 import openai
 
 from ator.errors import AtorError, ContextOverflow, ProviderError
-from ator.net.guard import egress_refusal
 from ator.providers.base import (
     KEEPALIVE,
     Message,
@@ -42,7 +41,7 @@ from ator.providers.base import (
     estimate_tokens,
 )
 from ator.providers.retry import retry_after
-from ator.providers.upstream import connection_error, describe, error_fields, log_raw
+from ator.providers.upstream import connection_error, describe, error_fields, log_raw, ours
 
 __all__ = ["DEFAULT_BASE_URL", "NO_API_KEY", "OpenAIProvider", "build_params"]
 
@@ -398,12 +397,8 @@ def _tool_stop(call_id: str, raw: str) -> ToolUseStop:
 def _map_error(exc: Exception) -> AtorError:
     """The one mapping of SDK and transport exceptions. Messages name the failure, never
     repeat an upstream body (see providers/upstream.py); details go to the debug log."""
-    if (refused := egress_refusal(exc)) is not None:
-        return refused  # the egress guard refused the URL: typed, never retried as "network"
-    if isinstance(exc, ProviderError):
-        return exc
-    if isinstance(exc, AtorError):  # ours, raised inside the transport
-        return connection_error("openai", exc)
+    if (own := ours("openai", exc)) is not None:
+        return own
     if isinstance(exc, openai.APIStatusError):
         return _status_error(exc)
     log_raw("openai", None, repr(exc))

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ator.errors import AtorError, ProviderError
+from ator.net.guard import egress_refusal
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -136,3 +137,17 @@ def connection_error(vendor: str, exc: BaseException) -> ProviderError:
             return error
         cause = cause.__cause__ or cause.__context__
     return ProviderError(f"{vendor}: connection failed", kind="network", retryable=True)
+
+
+def ours(vendor: str, exc: BaseException) -> AtorError | None:
+    """An error ator raised itself that reached an adapter through the SDK: the egress
+    guard's refusal stays typed (never retried as "network"), a ProviderError passes as it is,
+    another error of ours becomes a final connection error keeping its words. None: the
+    SDK's own exception, for the adapter to map."""
+    if (refused := egress_refusal(exc)) is not None:
+        return refused
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, AtorError):
+        return connection_error(vendor, exc)
+    return None
