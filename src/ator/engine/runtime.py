@@ -35,6 +35,7 @@ from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
 from ator.engine.actor import Actor, lease_key
 from ator.engine.follow import TurnFollow
+from ator.engine.mcp import McpMethods, McpService, StoredResults
 from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
 from ator.engine.turn import TurnRunner
@@ -81,7 +82,7 @@ class TurnResult:
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
-class Ator:
+class Ator(McpMethods):
     def __init__(
         self,
         settings: Settings,
@@ -104,6 +105,9 @@ class Ator:
         self.master_key = master_key
         self.owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}"
         self.publisher = Publisher(coord)
+        self.mcp = McpService(settings, db, master_key)
+        self.toolsets.append(self.mcp.toolset)
+        services = {StoredResults: self.mcp.results, **(services or {})}
         self.runner = TurnRunner(
             db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
             prices=prices, master_key=master_key, owner=self.owner,
@@ -183,7 +187,8 @@ class Ator:
     async def close(self) -> None:
         """Stop the engine and close every resource. One part failing does not leave the
         others open; the first failure is raised after all were tried."""
-        steps = [self.providers.aclose, self.publisher.aclose, self.coord.close, self.db.close]
+        steps = [self.mcp.aclose, self.providers.aclose, self.publisher.aclose,
+                 self.coord.close, self.db.close]
         if self._engine_started:
             steps = [self.reaper.close, self.actor.close, *steps]
             self._engine_started = False
