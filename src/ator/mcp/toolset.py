@@ -175,7 +175,8 @@ class McpToolset:
         origin = f"mcp:{endpoint.name}"
         description = f"[{origin}] {remote.description}"
         if len(description) > self.description_chars:
-            description = description[: self.description_chars - 15] + " [description cut]"
+            marker = " [description cut]"
+            description = description[: self.description_chars - len(marker)] + marker
         pool, limit, stash = self.pool, self.result_chars, self.stash
 
         async def handler(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
