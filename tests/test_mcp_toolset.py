@@ -141,3 +141,44 @@ async def test_read_tool_result_pages_through_all_of_a_200_kb_result(make_ator: 
                 await read_tool_result.handler({"id": ref, "page": 1}, other)
         finally:
             await pool.aclose()
+
+
+def catalog(n: int) -> list[RemoteTool]:
+    verbs = ["create", "list", "delete", "update", "get", "archive", "search", "export"]
+    nouns = ["issue", "invoice", "calendar_event", "pull_request", "customer", "ticket",
+             "spreadsheet_row", "email", "deployment", "user", "file", "channel_message",
+             "order"]
+    out = []
+    for i in range(n):
+        verb, noun = verbs[i % len(verbs)], nouns[(i // len(verbs)) % len(nouns)]
+        out.append(RemoteTool(f"{verb}_{noun}_{i}", f"{verb.title()} a {noun.replace('_', ' ')}"
+                              f" in system {i}.", {"type": "object", "properties": {
+                                  f"{noun}_id": {"type": "string"}}}, verb in ("list", "get")))
+    return out
+
+
+async def test_above_the_threshold_tool_search_finds_tools_callable_from_the_next_step() -> None:
+    tools = catalog(100)
+    ts = McpToolset(Catalog([server("big", "https://unused.example/mcp", tools=tools)]),
+                    McpPool(None), search_threshold=40, companions=(read_tool_result,))
+    s = scope()
+    first = await ts.tools(s)
+    assert [t.name for t in first] == ["tool_search", "read_tool_result"]
+    search = first[0]
+    found = await search.handler({"query": "delete an invoice"}, ctx(s))
+    assert "big__delete_invoice_" in found.splitlines()[1]
+    second = await ts.tools(s)
+    assert second is not first
+    names = [t.name for t in second]
+    assert names[0] == "tool_search" and any(n.startswith("big__delete_invoice_")
+                                             for n in names)
+    assert len(names) <= 2 + 5
+    assert await ts.tools(s) is second  # unchanged until another search adds something
+    other_turn = await ts.tools(scope())
+    assert [t.name for t in other_turn] == ["tool_search", "read_tool_result"]
+
+
+async def test_at_or_below_the_threshold_every_tool_is_mounted() -> None:
+    ts = McpToolset(Catalog([server("small", "https://unused.example/mcp",
+                                    tools=catalog(40))]), McpPool(None), search_threshold=40)
+    assert len(await ts.tools(scope())) == 40

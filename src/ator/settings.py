@@ -119,6 +119,8 @@ class Settings(BaseSettings):
     # with read_tool_result.
     mcp_result_chars: int = Field(default=20_000, ge=100)
     mcp_description_chars: int = Field(default=2_000, ge=50)
+    # Above this many MCP tools in a turn, mount tool_search instead of them all.
+    mcp_tool_search_threshold: int = Field(default=40, ge=0)
     # stdio MCP servers (a process on this machine) exist only here, never from a tenant:
     # name -> command line, offered to every org, e.g. {"everything": ["npx", "-y", "..."]}.
     mcp_stdio_servers: dict[str, list[str]] = Field(default_factory=dict)

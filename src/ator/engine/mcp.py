@@ -134,7 +134,8 @@ class McpService:
         self.toolset = McpToolset(self, self.pool,
                                   description_chars=settings.mcp_description_chars,
                                   result_chars=settings.mcp_result_chars,
-                                  stash=self.results.stash, companions=(read_tool_result,))
+                                  stash=self.results.stash, companions=(read_tool_result,),
+                                  search_threshold=settings.mcp_tool_search_threshold)
 
     async def aclose(self) -> None:
         await self.pool.aclose()

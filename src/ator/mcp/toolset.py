@@ -7,8 +7,10 @@ capped and prefixed with their origin: they are data from outside, and so is eve
 (untrusted, labelled by `tools.base.result_block`). Two tools that resolve to one mounted
 name are not mounted silently over each other: the later one is refused and the refusal is
 kept in `problems`. A server that cannot be reached is left out of the turn (its error is in
-`problems`) and never blocks the others. Non-text content (images, resources, structured
-content) is carried as text the model can read, not dropped.
+`problems`) and never blocks the others. Above `search_threshold` tools, the turn mounts
+`tool_search` instead, and what it finds from the next model call on (mcp/search.py).
+Non-text content (images, resources, structured content) is carried as text the model can
+read, not dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import mcp_types as types
 from ator.errors import AtorError
 from ator.mcp.client import McpEndpoint, RemoteTool
 from ator.mcp.pool import McpPool, SessionKey
+from ator.mcp.search import ToolIndex, search_tool
 from ator.tools.base import Tool, ToolContext, ToolResult
 from ator.tools.toolset import ToolScope
 
@@ -109,6 +112,17 @@ Stash = Callable[[ToolContext, str], Awaitable[str]]
 
 
 @dataclass
+class _Turn:
+    """What one turn mounts: every MCP tool, and in search mode the index and the tools
+    searches activated so far. `offered` keeps its identity until it changes."""
+
+    all: tuple[Tool, ...]
+    index: ToolIndex | None
+    active: dict[str, Tool]
+    offered: tuple[Tool, ...]
+
+
+@dataclass
 class McpToolset:
     """Mounts the org's MCP tools for each turn (one catalog read per turn)."""
 
@@ -119,14 +133,36 @@ class McpToolset:
     stash: Stash | None = None  # stores a result over `result_chars` whole
     # Offered with the MCP tools when there are any (read_tool_result pages stored results).
     companions: Sequence[Tool] = ()
+    # Above this many MCP tools, mount tool_search instead of them all (None: never).
+    search_threshold: int | None = None
     name: str = "mcp"
     problems: dict[UUID, list[str]] = field(default_factory=dict)
-    _turns: OrderedDict[UUID, tuple[Tool, ...]] = field(default_factory=OrderedDict)
+    _turns: OrderedDict[UUID, _Turn] = field(default_factory=OrderedDict)
 
     async def tools(self, scope: ToolScope) -> Sequence[Tool]:
-        cached = self._turns.get(scope.turn_id)
-        if cached is not None:
-            return cached
+        turn = self._turns.get(scope.turn_id)
+        if turn is None:
+            turn = await self._mount(scope)
+            self._turns[scope.turn_id] = turn
+            while len(self._turns) > 256:
+                old, _ = self._turns.popitem(last=False)
+                self.problems.pop(old, None)
+        return turn.offered
+
+    def _activate(self, ctx: ToolContext, query: str, k: int) -> list[Tool]:
+        turn = self._turns.get(ctx.turn_id)
+        if turn is None or turn.index is None:
+            return []
+        found = turn.index.search(query, k)
+        if any(t.name not in turn.active for t in found):
+            turn.active.update({t.name: t for t in found})
+            turn.offered = (self._search, *turn.active.values(), *self.companions)
+        return found
+
+    def __post_init__(self) -> None:
+        self._search = search_tool(self._activate)
+
+    async def _mount(self, scope: ToolScope) -> _Turn:
         servers = await self.catalog.mounted(scope.org_id)
         root = scope.root_id or scope.thread_id
         problems: list[str] = []
@@ -147,14 +183,12 @@ class McpToolset:
                     continue
                 out[name] = tool
         tools = tuple(out.values())
+        self.problems[scope.turn_id] = problems
+        if self.search_threshold is not None and len(tools) > self.search_threshold:
+            return _Turn(tools, ToolIndex(tools), {}, (self._search, *self.companions))
         if tools:
             tools += tuple(t for t in self.companions if t.name not in out)
-        self.problems[scope.turn_id] = problems
-        self._turns[scope.turn_id] = tools
-        while len(self._turns) > 256:
-            old, _ = self._turns.popitem(last=False)
-            self.problems.pop(old, None)
-        return tools
+        return _Turn(tools, None, {}, tools)
 
     async def _list(self, server: MountedServer, org_id: UUID, root: UUID,
                     problems: list[str]) -> Sequence[RemoteTool]:
