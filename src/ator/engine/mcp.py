@@ -30,12 +30,16 @@ from ator.security.crypto import MasterKey
 from ator.settings import Settings
 from ator.store import mcp_servers as server_store
 from ator.store import secrets as secret_store
+from ator.store import setups as setup_store
 from ator.store.database import Database
 from ator.store.mcp_servers import McpServer
 from ator.store.scope import Scope
 from ator.tools.base import Tool, ToolContext
+from ator.tools.toolset import ToolScope
+from ator.tools.web import web_fetch_tool
 
-__all__ = ["McpMethods", "McpServerIn", "McpService", "StoredResults", "read_tool_result"]
+__all__ = ["McpMethods", "McpServerIn", "McpService", "PolicyGated", "StoredResults",
+           "read_tool_result"]
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +135,7 @@ class McpService:
                             max_sessions=settings.mcp_max_sessions,
                             max_per_org=settings.mcp_max_sessions_per_org)
         self.results = StoredResults(db, settings.mcp_result_chars)
+        self.gated = PolicyGated(db, [web_fetch_tool(self.egress)])
         self.toolset = McpToolset(self, self.pool,
                                   description_chars=settings.mcp_description_chars,
                                   result_chars=settings.mcp_result_chars,
@@ -170,6 +175,29 @@ class McpService:
                                                          for t in server.catalog]
             out.append(MountedServer(server.id, endpoint, tools, server.allow, server.deny))
         return out
+
+
+class PolicyGated:
+    """Tools a turn gets only when its setup's tool policy names them in `allow` (off by
+    default, unlike native tools): `web_fetch`. One setup read per turn."""
+
+    name = "gated"
+
+    def __init__(self, db: Database, tools: Sequence[Tool]) -> None:
+        self.db = db
+        self._tools = tuple(tools)
+        self._turns: dict[UUID, tuple[Tool, ...]] = {}
+
+    async def tools(self, scope: ToolScope) -> Sequence[Tool]:
+        found = self._turns.get(scope.turn_id)
+        if found is None:
+            setup = await setup_store.get_setup(self.db, Scope(scope.org_id), scope.setup_id)
+            allow = setup.tool_policy.get("allow") or []
+            found = tuple(t for t in self._tools if t.name in allow)
+            self._turns[scope.turn_id] = found
+            while len(self._turns) > 256:
+                self._turns.pop(next(iter(self._turns)))
+        return found
 
 
 class McpMethods:

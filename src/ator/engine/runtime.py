@@ -106,7 +106,7 @@ class Ator(McpMethods):
         self.owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}"
         self.publisher = Publisher(coord)
         self.mcp = McpService(settings, db, master_key)
-        self.toolsets.append(self.mcp.toolset)
+        self.toolsets += [self.mcp.gated, self.mcp.toolset]
         services = {StoredResults: self.mcp.results, **(services or {})}
         self.runner = TurnRunner(
             db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
