@@ -5,7 +5,9 @@ retry rule, one session per conversation, timeouts, and every error code."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -205,3 +207,16 @@ async def test_idle_sessions_expire_and_the_caps_evict_the_least_recent() -> Non
             assert pool.keys() == [fresh]
         finally:
             await pool.aclose()
+
+
+async def test_a_stdio_server_from_the_operator_settings_is_discovered_and_called() -> None:
+    script = Path(__file__).with_name("mcp_stdio_server.py")
+    session = await McpSession.open(
+        McpEndpoint("local", "stdio", command=(sys.executable, str(script)), timeout=30), None)
+    try:
+        assert session.transport == "stdio"
+        assert [t.name for t in await session.list_tools()] == ["add"]
+        result = await session.call("add", {"a": 2, "b": 3})
+        assert result.content[0].text == "5"  # type: ignore[union-attr]
+    finally:
+        await session.aclose()

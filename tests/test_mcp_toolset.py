@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,3 +184,15 @@ async def test_at_or_below_the_threshold_every_tool_is_mounted() -> None:
     ts = McpToolset(Catalog([server("small", "https://unused.example/mcp",
                                     tools=catalog(40))]), McpPool(None), search_threshold=40)
     assert len(await ts.tools(scope())) == 40
+
+
+async def test_operator_stdio_servers_are_offered_to_every_org(make_ator: Any) -> None:
+    script = str(Path(__file__).with_name("mcp_stdio_server.py"))
+    async with make_ator(engine=False,
+                         mcp_stdio_servers={"local": [sys.executable, script]}) as ator:
+        org = await ator.create_org("stdio")
+        s = ToolScope(org.id, uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), None, 1)
+        tools = {t.name: t for t in await ator.mcp.toolset.tools(s)}
+        assert tools["local__add"].origin == "mcp:local"
+        result = await run(tools["local__add"], {"a": 20, "b": 22}, ctx(s))
+        assert (result.text, result.untrusted) == ("42", True)
