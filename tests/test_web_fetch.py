@@ -80,3 +80,18 @@ async def test_web_fetch_is_off_unless_the_setup_policy_names_it(make_ator: Any)
 
         assert await gated.tools(turn(plain.id)) == ()
         assert [t.name for t in await gated.tools(turn(allowed.id))] == ["web_fetch"]
+
+
+async def test_a_policy_change_through_this_replica_is_seen_by_the_next_turn(
+        make_ator: Any) -> None:
+    async with make_ator(engine=False) as ator:
+        org = await ator.create_org("web-change")
+        scope = OrgScope(org.id)
+        setup = await ator.create_setup(scope, name="p", provider="scripted", model="m")
+
+        def turn() -> ToolScope:
+            return ToolScope(org.id, uuid.uuid4(), uuid.uuid4(), setup.id, None, 1)
+
+        assert await ator.mcp.gated.tools(turn()) == ()
+        await ator.update_setup(scope, setup.id, tool_policy={"allow": ["web_fetch"]})
+        assert [t.name for t in await ator.mcp.gated.tools(turn())] == ["web_fetch"]

@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     # with read_tool_result.
     mcp_result_chars: int = Field(default=20_000, ge=100)
     mcp_description_chars: int = Field(default=2_000, ge=50)
+    # How long a replica reuses an org's MCP server list and a setup's tool policy at turn
+    # start (writes through the same replica are seen at once).
+    mcp_catalog_ttl: float = Field(default=5.0, ge=0)
     # Above this many MCP tools in a turn, mount tool_search instead of them all.
     mcp_tool_search_threshold: int = Field(default=40, ge=0)
     # stdio MCP servers (a process on this machine) exist only here, never from a tenant:

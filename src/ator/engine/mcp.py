@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -135,7 +137,8 @@ class McpService:
                             max_sessions=settings.mcp_max_sessions,
                             max_per_org=settings.mcp_max_sessions_per_org)
         self.results = StoredResults(db, settings.mcp_result_chars)
-        self.gated = PolicyGated(db, [web_fetch_tool(self.egress)])
+        self.recent = _Recent(settings.mcp_catalog_ttl)
+        self.gated = PolicyGated(db, [web_fetch_tool(self.egress)], settings.mcp_catalog_ttl)
         self.toolset = McpToolset(self, self.pool,
                                   description_chars=settings.mcp_description_chars,
                                   result_chars=settings.mcp_result_chars,
@@ -163,6 +166,13 @@ class McpService:
                 for name, cmd in sorted(self.settings.mcp_stdio_servers.items())]
 
     async def mounted(self, org_id: UUID) -> Sequence[MountedServer]:
+        found: list[MountedServer] | None = self.recent.get(org_id)
+        if found is None:
+            found = await self._read_mounted(org_id)
+            self.recent.put(org_id, found)
+        return found
+
+    async def _read_mounted(self, org_id: UUID) -> list[MountedServer]:
         scope = Scope(org_id)
         out = self.operator_servers()
         for server in await server_store.list_servers(self.db, scope, enabled_only=True):
@@ -177,26 +187,52 @@ class McpService:
         return out
 
 
+class _Recent:
+    """A small per-process cache with a TTL: what a turn reads at its start (the org's MCP
+    servers, a setup's policy) is read once per TTL, not once per turn, so a turn costs no
+    statement more than before. Writes through this process drop their entry at once; another
+    replica's writes are seen within the TTL."""
+
+    def __init__(self, ttl: float, size: int = 4096) -> None:
+        self.ttl = ttl
+        self.size = size
+        self._items: OrderedDict[object, tuple[float, Any]] = OrderedDict()
+
+    def get(self, key: object) -> Any | None:
+        found = self._items.get(key)
+        if found is None or found[0] < time.monotonic():
+            return None
+        return found[1]
+
+    def put(self, key: object, value: Any) -> None:
+        self._items[key] = (time.monotonic() + self.ttl, value)
+        self._items.move_to_end(key)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    def drop(self, key: object) -> None:
+        self._items.pop(key, None)
+
+
 class PolicyGated:
     """Tools a turn gets only when its setup's tool policy names them in `allow` (off by
     default, unlike native tools): `web_fetch`. One setup read per turn."""
 
     name = "gated"
 
-    def __init__(self, db: Database, tools: Sequence[Tool]) -> None:
+    def __init__(self, db: Database, tools: Sequence[Tool], ttl: float = 5.0) -> None:
         self.db = db
         self._tools = tuple(tools)
-        self._turns: dict[UUID, tuple[Tool, ...]] = {}
+        self.recent = _Recent(ttl)
 
     async def tools(self, scope: ToolScope) -> Sequence[Tool]:
-        found = self._turns.get(scope.turn_id)
+        key = (scope.org_id, scope.setup_id)
+        found: tuple[Tool, ...] | None = self.recent.get(key)
         if found is None:
             setup = await setup_store.get_setup(self.db, Scope(scope.org_id), scope.setup_id)
             allow = setup.tool_policy.get("allow") or []
             found = tuple(t for t in self._tools if t.name in allow)
-            self._turns[scope.turn_id] = found
-            while len(self._turns) > 256:
-                self._turns.pop(next(iter(self._turns)))
+            self.recent.put(key, found)
         return found
 
 
@@ -234,7 +270,9 @@ class McpMethods:
         return out
 
     async def create_mcp_server(self, scope: Scope, **values: Any) -> McpServer:
-        return await server_store.create_server(self.db, scope, **self._check_server(values))
+        checked = self._check_server(values)
+        self.mcp.recent.drop(scope.org_id)
+        return await server_store.create_server(self.db, scope, **checked)
 
     async def list_mcp_servers(self, scope: Scope) -> list[McpServer]:
         return await server_store.list_servers(self.db, scope)
@@ -253,9 +291,11 @@ class McpMethods:
         reach_changed = (checked["url"], checked["headers"]) != (current.url, current.headers)
         if reach_changed:  # a catalog synced from another endpoint is not this one's
             checked["catalog"] = None
+        self.mcp.recent.drop(scope.org_id)
         return await server_store.update_server(self.db, scope, server_id, **checked)
 
     async def delete_mcp_server(self, scope: Scope, server_id: UUID) -> None:
+        self.mcp.recent.drop(scope.org_id)
         await server_store.delete_server(self.db, scope, server_id)
 
     async def test_mcp_server(self, scope: Scope, server_id: UUID) -> dict[str, Any]:
@@ -279,6 +319,7 @@ class McpMethods:
             await server_store.update_server(self.db, scope, server_id,
                                              catalog=[t.record() for t in tools],
                                              last_test=report)
+            self.mcp.recent.drop(scope.org_id)
         except AtorError as exc:
             report = {"ok": False, "error": {"code": exc.code, "message": exc.message,
                                              "facts": getattr(exc, "facts", {})}}

@@ -287,10 +287,12 @@ class Ator(McpMethods):
                                 wanted.get("config", current.config),
                                 wanted.get("tool_policy"))
             try:
-                return await setup_store.update_setup(
+                updated = await setup_store.update_setup(
                     self.db, scope, setup_id, expected_version=current.version, **wanted)
             except Conflict:
                 continue
+            self.mcp.gated.recent.drop((scope.org_id, setup_id))  # its tool policy may change
+            return updated
         raise Conflict("the setup kept changing while this update was validated; retry",
                        code="setup_changed")
 
