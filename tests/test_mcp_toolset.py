@@ -19,7 +19,8 @@ from ator.mcp.client import McpEndpoint, RemoteTool
 from ator.mcp.pool import McpPool
 from ator.mcp.toolset import McpToolset, MountedServer
 from ator.tools.base import Tool, ToolContext, ToolResult
-from ator.tools.toolset import ToolScope
+from ator.tools.policy import parse_tool_policy
+from ator.tools.toolset import ToolScope, TurnTools
 from tests.mcp_servers import ServerState, demo_server, serve_mcp
 from tests.test_mcp_client import loopback_egress
 
@@ -107,6 +108,10 @@ async def test_a_hanging_server_times_out_while_the_other_servers_tools_work() -
             assert hung.is_error and hung.text.startswith("[mcp_timeout]")
             assert hung.meta["code"] == "mcp_timeout" and hung.untrusted is False
             assert (fast.text, fast.is_error) == ("echo: ok", False)
+            # A failed call does not evict a healthy session: the next call reuses it.
+            opened = pool.opened
+            again = await run(tools["slow__echo"], {"text": "still"}, ctx(s))
+            assert again.text == "echo: still" and pool.opened == opened
         finally:
             slow_state.release.set()
             await pool.aclose()
@@ -196,3 +201,28 @@ async def test_operator_stdio_servers_are_offered_to_every_org(make_ator: Any) -
         assert tools["local__add"].origin == "mcp:local"
         result = await run(tools["local__add"], {"a": 20, "b": 22}, ctx(s))
         assert (result.text, result.untrusted) == ("42", True)
+
+
+async def test_an_oversized_schema_is_not_mounted_and_says_why() -> None:
+    huge = {"type": "object", "properties": {f"p{i}": {"type": "string",
+                                                      "description": "d" * 100}
+                                             for i in range(200)}}
+    ts = McpToolset(Catalog([server("srv", "https://unused.example/mcp", tools=[
+        RemoteTool("huge", "", huge, False), RemoteTool("small", "", {"type": "object"}, False)
+    ])]), McpPool(None))
+    s = scope()
+    assert [t.name for t in await ts.tools(s)] == ["srv__small"]
+    assert any("'srv__huge' was not mounted: its input schema is over" in p
+               for p in ts.problems[s.turn_id])
+
+
+async def test_the_setup_policy_allows_and_denies_by_server_and_glob() -> None:
+    tools = [RemoteTool(n, "", {"type": "object"}, False) for n in ("read", "write", "drop")]
+    mcp = McpToolset(Catalog([server("docs", "https://u.example/mcp", tools=tools),
+                              server("crm", "https://u.example/mcp", tools=tools)]),
+                     McpPool(None))
+    turn = TurnTools([mcp], allow=["docs__*", "crm__read"], deny=["docs__dr?p"],
+                     description_limit=1000)
+    registry = await turn.refresh(scope())
+    assert sorted(registry.names()) == ["crm__read", "docs__read", "docs__write"]
+    assert parse_tool_policy({"allow": ["docs__*"], "deny": ["docs__[dw]*"]})

@@ -129,6 +129,7 @@ class McpToolset:
     catalog: McpCatalog
     pool: McpPool
     description_chars: int = 2_000
+    schema_chars: int = 16_000  # a larger input schema is not mounted (it cannot be cut)
     result_chars: int = 20_000
     stash: Stash | None = None  # stores a result over `result_chars` whole
     # Offered with the MCP tools when there are any (read_tool_result pages stored results).
@@ -174,6 +175,10 @@ class McpToolset:
             for r in remote:
                 name = mounted_name(server.namespace, r.name)
                 if not _allowed(server, r.name, name):
+                    continue
+                if len(json.dumps(r.input_schema)) > self.schema_chars:
+                    problems.append(f"tool {name!r} was not mounted: its input schema is "
+                                    f"over {self.schema_chars} characters")
                     continue
                 tool = self._tool(server, key, r, name)
                 if name in out:
