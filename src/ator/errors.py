@@ -11,6 +11,7 @@
     ├── SecretError                a secret reference cannot be resolved
     ├── CoordinationError          lease/pubsub backend trouble (retryable)
     ├── EgressBlocked              the egress guard refused a destination (net/)
+    ├── McpError                   an MCP server failed; code says how, `facts` say what
     ├── ProviderError              a model call failed; kind is the typed error_kind
     │   └── ContextOverflow        the request does not fit the window
     └── ToolError                  a tool failed; becomes an is_error tool_result
@@ -32,6 +33,7 @@ __all__ = [
     "CoordinationError",
     "EgressBlocked",
     "Forbidden",
+    "McpError",
     "NotFound",
     "ProviderError",
     "RateLimited",
@@ -157,6 +159,22 @@ class EgressBlocked(AtorError):
         super().__init__(f"egress to {host!r} refused: {rule}")
         self.host = host
         self.rule = rule
+
+
+class McpError(AtorError):
+    """An MCP server could not serve a call. `code` is one of mcp_protocol_unsupported,
+    mcp_transport_unsupported, mcp_timeout, mcp_http_status, mcp_auth_failed,
+    mcp_server_unavailable, mcp_session_restarted; `facts` carries what the reader needs to
+    act (the versions each side supports, the HTTP status, the timeout…)."""
+
+    kind = "mcp"
+    code = "mcp_server_unavailable"
+    status = 502
+
+    def __init__(self, message: str, *, code: str, facts: dict[str, Any] | None = None,
+                 retryable: bool = False) -> None:
+        super().__init__(message, code=code, retryable=retryable)
+        self.facts = dict(facts or {})
 
 
 class ProviderError(AtorError):

@@ -111,6 +111,23 @@ class Settings(BaseSettings):
     egress_max_response_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     egress_max_redirects: int = Field(default=5, ge=0)
 
+    # MCP (ator.mcp): upstream sessions are pooled per (org, server, conversation root).
+    mcp_session_idle_ttl: float = Field(default=300.0, gt=0)
+    mcp_max_sessions: int = Field(default=500, ge=1)
+    mcp_max_sessions_per_org: int = Field(default=50, ge=1)
+    # What the model reads of one MCP result at once; longer ones are stored whole and paged
+    # with read_tool_result.
+    mcp_result_chars: int = Field(default=20_000, ge=100)
+    mcp_description_chars: int = Field(default=2_000, ge=50)
+    # How long a replica reuses an org's MCP server list and a setup's tool policy at turn
+    # start (writes through the same replica are seen at once).
+    mcp_catalog_ttl: float = Field(default=5.0, ge=0)
+    # Above this many MCP tools in a turn, mount tool_search instead of them all.
+    mcp_tool_search_threshold: int = Field(default=40, ge=0)
+    # stdio MCP servers (a process on this machine) exist only here, never from a tenant:
+    # name -> command line, offered to every org, e.g. {"everything": ["npx", "-y", "..."]}.
+    mcp_stdio_servers: dict[str, list[str]] = Field(default_factory=dict)
+
     # Money. Prices come from the genai-prices library; these override or add models by
     # exact id (ATOR_PRICES wins over ATOR_PRICES_FILE).
     budget_fail_closed: bool = True

@@ -73,10 +73,12 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
     viewer = await api.ok("POST", "/v1/api-keys", 201, json={
         "name": f"viewer-{tag}", "role": "viewer", "email": f"viewer-{tag}@e2e.test"})
     tenant.viewer = deployment.client(replica, viewer["key"])
+    server = await api.ok("POST", "/v1/mcp-servers", 201, json={
+        "name": f"mcp-{tag}", "url": f"https://mcp-{tag}.example/mcp"})
     tenant.ids = {
         "org_id": tenant.org_id, "setup_id": setup["id"], "thread_id": thread["id"],
         "turn_id": end["turn_id"], "key_id": viewer["id"], "name": f"secret-{tag}",
-        "parent_id": thread["id"],
+        "parent_id": thread["id"], "server_id": server["id"],
     }
     tenant.marks = {*tenant.ids.values(), tag, viewer["user_id"], viewer["prefix"]}
 
@@ -125,6 +127,9 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
         ("patch", "/v1/setups/{setup_id}"): {"name": "renamed-from-outside"},
         ("post", "/v1/threads"): {"setup_id": victim.ids["setup_id"]},
         ("post", "/v1/threads/{thread_id}/messages"): {"text": "from another org"},
+        ("post", "/v1/mcp-servers"): {"name": "made-by-a-tenant",
+                                      "url": "https://made.example/mcp"},
+        ("patch", "/v1/mcp-servers/{server_id}"): {"enabled": False},
     }
     assert (method, path) in bodies, f"add a valid request body for {method.upper()} {path}"
     return bodies[(method, path)]
@@ -144,7 +149,7 @@ def nobody() -> dict[str, str]:
     return {"org_id": str(uuid.uuid4()), "setup_id": str(uuid.uuid4()),
             "thread_id": str(uuid.uuid4()), "turn_id": str(uuid.uuid4()),
             "key_id": str(uuid.uuid4()), "name": f"no-such-{uuid.uuid4().hex[:8]}",
-            "parent_id": str(uuid.uuid4())}
+            "parent_id": str(uuid.uuid4()), "server_id": str(uuid.uuid4())}
 
 
 def leaks(text: str, tenant: Tenant) -> set[str]:
@@ -170,6 +175,7 @@ async def snapshot(tenant: Tenant) -> dict[str, Any]:
         "turns": await api.turns(ids["thread_id"]),
         "keys": [{k: v for k, v in key.items() if k != "last_used_at"} for key in keys],
         "secrets": await api.ok("GET", "/v1/secrets"),
+        "mcp_servers": await api.ok("GET", "/v1/mcp-servers"),
         "usage": await api.ok("GET", "/v1/usage", params={"group_by": "thread"}),
     }
 

@@ -37,6 +37,7 @@ from ator.cost.prices import PriceTable
 from ator.engine.access import Access
 from ator.engine.actor import Actor, lease_key
 from ator.engine.follow import TurnFollow
+from ator.engine.mcp import McpMethods, McpService, StoredResults
 from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
 from ator.engine.tenancy import Tenancy
@@ -83,7 +84,7 @@ class TurnResult:
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
-class Ator:
+class Ator(McpMethods):
     def __init__(
         self,
         settings: Settings,
@@ -108,6 +109,9 @@ class Ator:
         self.publisher = Publisher(coord)
         self.access = Access(db, settings)
         self.tenancy = Tenancy(db, master_key)
+        self.mcp = McpService(settings, db, master_key)
+        self.toolsets += [self.mcp.gated, self.mcp.toolset]
+        services = {StoredResults: self.mcp.results, **(services or {})}
         self.runner = TurnRunner(
             db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
             prices=prices, master_key=master_key, owner=self.owner,
@@ -187,7 +191,8 @@ class Ator:
     async def close(self) -> None:
         """Stop the engine and close every resource. One part failing does not leave the
         others open; the first failure is raised after all were tried."""
-        steps = [self.providers.aclose, self.publisher.aclose, self.coord.close, self.db.close]
+        steps = [self.mcp.aclose, self.providers.aclose, self.publisher.aclose,
+                 self.coord.close, self.db.close]
         if self._engine_started:
             steps = [self.reaper.close, self.actor.close, *steps]
             self._engine_started = False
@@ -296,10 +301,12 @@ class Ator:
                                 wanted.get("config", current.config),
                                 wanted.get("tool_policy"))
             try:
-                return await setup_store.update_setup(
+                updated = await setup_store.update_setup(
                     self.db, scope, setup_id, expected_version=current.version, **wanted)
             except Conflict:
                 continue
+            self.mcp.gated.recent.drop((scope.org_id, setup_id))  # its tool policy may change
+            return updated
         raise Conflict("the setup kept changing while this update was validated; retry",
                        code="setup_changed")
 

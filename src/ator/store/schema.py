@@ -20,6 +20,7 @@ __all__ = [
     "api_keys",
     "events",
     "mailbox",
+    "mcp_servers",
     "metadata",
     "model_calls",
     "org_usage",
@@ -27,6 +28,7 @@ __all__ = [
     "secrets",
     "setups",
     "threads",
+    "tool_results",
     "turns",
     "users",
 ]
@@ -267,4 +269,41 @@ secrets = sa.Table(
     _created(),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
     sa.UniqueConstraint("org_id", "name", name="uq_secrets_org_name"),
+)
+
+# An org's MCP servers: headers hold secret references only ("secret:NAME"); `catalog` is
+# the tool list the last test synced, `last_test` what that test found.
+mcp_servers = sa.Table(
+    "mcp_servers",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("transport", sa.Text, nullable=False),
+    sa.Column("url", sa.Text, nullable=True),
+    sa.Column("headers", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("timeout_s", sa.Float, nullable=False, server_default="30"),
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("allow", JSONB, nullable=True),
+    sa.Column("deny", JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
+    sa.Column("catalog", JSONB, nullable=True),
+    sa.Column("last_test", JSONB, nullable=True),
+    sa.Column("version", sa.Integer, nullable=False, server_default="1"),
+    _created(),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.UniqueConstraint("org_id", "name", name="uq_mcp_servers_org_name"),
+    sa.CheckConstraint("transport in ('http','stdio')", name="ck_mcp_servers_transport"),
+)
+
+# Tool results stored whole when longer than what the model reads at once (paged by the
+# native read_tool_result tool). Per-turn data: no foreign keys (see the module docstring).
+tool_results = sa.Table(
+    "tool_results",
+    metadata,
+    _id(),
+    _org_hot(),
+    sa.Column("thread_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    _created(),
+    sa.Index("ix_tool_results_thread", "org_id", "thread_id"),
 )

@@ -1,10 +1,11 @@
 """A setup's tool policy: which tools its turns may mount (layer: tools; imports pydantic,
 ator.errors, ator.security.limits).
 
-    {"allow": ["calculator", "server__search"], "deny": ["shell"]}
+    {"allow": ["calculator", "docs__*"], "deny": ["shell", "docs__delete_*"]}
 
 `allow` absent or null: every tool; `allow: []`: none. `deny` wins over `allow`. Names are
-tool names as mounted (MCP tools namespaced `server__tool`). Anything else is a 422
+tool names as mounted (MCP tools namespaced `server__tool`), or globs over them (`*`, `?`,
+`[...]`): `docs__*` is every tool of the MCP server `docs`. Anything else is a 422
 `invalid_tool_policy` at write time, naming the field.
 """
 
@@ -23,7 +24,7 @@ __all__ = ["MAX_POLICY_NAMES", "ToolPolicy", "parse_tool_policy"]
 MAX_POLICY_NAMES = 1_000
 
 ToolName = Annotated[
-    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-*?\[\]!]+$")
 ]
 
 

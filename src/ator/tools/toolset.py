@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
@@ -21,6 +22,12 @@ from ator.tools.base import Tool
 from ator.tools.registry import ToolRegistry
 
 __all__ = ["StaticToolset", "ToolScope", "Toolset", "TurnTools"]
+
+
+def _matches(name: str, patterns: frozenset[str]) -> bool:
+    """A policy entry is a tool name or a glob over names (`docs__*`: a whole MCP server)."""
+    return name in patterns or any(fnmatchcase(name, p) for p in patterns
+                                   if "*" in p or "?" in p or "[" in p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +93,8 @@ class TurnTools:
         if identity != self._offered:
             registry = ToolRegistry()
             for tool in offered:
-                if (self._allow is None or tool.name in self._allow) \
-                        and tool.name not in self._deny:
+                if (self._allow is None or _matches(tool.name, self._allow)) \
+                        and not _matches(tool.name, self._deny):
                     registry.add(tool)
             self.registry = registry
             self.specs = registry.specs(description_limit=self._description_limit)

@@ -1,0 +1,76 @@
+"""MCP servers: CRUD and test (layer: api). Reading needs viewer; writing and testing admin.
+
+Every route goes through the runtime (`Ator.*_mcp_server`), which checks a server as it
+would be stored: http only for tenants, a URL the egress guard may reach, headers as secret
+references. Another org's server is a 404."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from fastapi import APIRouter, Body, Depends, Response
+
+from ator.api.auth import get_ator, require
+from ator.engine.runtime import Ator
+from ator.store.records import Principal
+from ator.store.mcp_servers import McpServer
+
+router = APIRouter(prefix="/v1/mcp-servers")
+
+
+def view(s: McpServer) -> dict[str, Any]:
+    return {
+        "id": str(s.id), "name": s.name, "transport": s.transport, "url": s.url,
+        "headers": s.headers, "timeout_s": s.timeout_s, "enabled": s.enabled,
+        "allow": s.allow, "deny": s.deny, "version": s.version,
+        "tools": [{"name": t.get("name"), "size": t.get("size"),
+                   "read_only": t.get("read_only")} for t in (s.catalog or [])],
+        "synced": s.catalog is not None, "last_test": s.last_test,
+        "created_at": s.created_at.isoformat(),
+    }
+
+
+@router.post("", status_code=201)
+async def create_server(
+    body: dict[str, Any] = Body(...), p: Principal = Depends(require("admin")),
+    ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    return view(await ator.create_mcp_server(p.scope, **body))
+
+
+@router.get("")
+async def list_servers(
+    p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    return {"data": [view(s) for s in await ator.list_mcp_servers(p.scope)]}
+
+
+@router.get("/{server_id}")
+async def get_server(
+    server_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    return view(await ator.get_mcp_server(p.scope, server_id))
+
+
+@router.patch("/{server_id}")
+async def patch_server(
+    server_id: UUID, body: dict[str, Any] = Body(...),
+    p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    return view(await ator.update_mcp_server(p.scope, server_id, **body))
+
+
+@router.delete("/{server_id}", status_code=204)
+async def delete_server(
+    server_id: UUID, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
+) -> Response:
+    await ator.delete_mcp_server(p.scope, server_id)
+    return Response(status_code=204)
+
+
+@router.post("/{server_id}/test")
+async def test_server(
+    server_id: UUID, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    return await ator.test_mcp_server(p.scope, server_id)

@@ -1,0 +1,331 @@
+"""MCP servers as org resources, and what turns mount from them (layer: engine; imports
+store.mcp_servers, store.secrets, mcp.*, tools.base, net, errors).
+
+`McpService` owns the session pool, the per-turn `McpToolset`, the stored-results service
+that `read_tool_result` pages through, and the catalog a turn reads (the org's enabled
+servers with their secret references resolved). `McpMethods` is mixed into `Ator`: CRUD
+and `test_mcp_server` with the checks a tenant's input needs — http only (stdio servers
+come from the operator's settings), a URL the egress guard may reach, headers as secret
+references only.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from ator.errors import AtorError, SecretError, ToolError, ValidationFailed
+from ator.mcp.client import McpEndpoint, McpSession, RemoteTool
+from ator.mcp.pool import McpPool
+from ator.mcp.toolset import McpToolset, MountedServer
+from ator.net.egress import Egress
+from ator.security.crypto import MasterKey
+from ator.settings import Settings
+from ator.store import mcp_servers as server_store
+from ator.store import secrets as secret_store
+from ator.store import setups as setup_store
+from ator.store.database import Database
+from ator.store.mcp_servers import McpServer
+from ator.store.scope import Scope
+from ator.tools.base import Tool, ToolContext
+from ator.tools.toolset import ToolScope
+from ator.tools.web import web_fetch_tool
+
+__all__ = ["McpMethods", "McpServerIn", "McpService", "PolicyGated", "StoredResults",
+           "read_tool_result"]
+
+log = logging.getLogger(__name__)
+
+_REF = re.compile(r"^(?:(Bearer|Basic) )?secret:([A-Za-z0-9_.\-]{1,100})$")
+_STDIO_NS = uuid.UUID("5f0e0c55-6d63-4f70-8000-00000000a708")
+
+ServerName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")]
+HeaderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]{1,100}$")]
+HeaderRef = Annotated[str, StringConstraints(pattern=_REF.pattern)]
+Glob = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class McpServerIn(BaseModel):
+    """A tenant's MCP server as written (POST; PATCH takes the same fields, all optional)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: ServerName
+    transport: Literal["http", "stdio"] = "http"
+    url: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    headers: Annotated[dict[HeaderName, HeaderRef], Field(max_length=20)] = Field(
+        default_factory=dict)
+    token: Annotated[str, StringConstraints(pattern=r"^secret:[A-Za-z0-9_.\-]{1,100}$")] | None \
+        = None
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    enabled: bool = True
+    allow: Annotated[list[Glob], Field(max_length=500)] | None = None
+    deny: Annotated[list[Glob], Field(max_length=500)] = Field(default_factory=list)
+
+
+def _invalid(exc: ValidationError) -> ValidationFailed:
+    errors = [{"loc": [str(p) for p in e["loc"]], "msg": str(e["msg"]), "type": e["type"]}
+              for e in exc.errors(include_url=False, include_input=False)]
+    where = ".".join(errors[0]["loc"]) or "body"
+    return ValidationFailed(f"{where}: {errors[0]['msg']}", code="invalid_mcp_server",
+                            errors=errors)
+
+
+class StoredResults:
+    """Tool results too long for one read, stored whole per org and thread."""
+
+    def __init__(self, db: Database, page_chars: int) -> None:
+        self.db = db
+        self.page_chars = page_chars
+
+    async def stash(self, ctx: ToolContext, text: str) -> str:
+        rid = await server_store.save_result(self.db, Scope(ctx.org_id), ctx.thread_id, text)
+        return str(rid)
+
+    async def page(self, org_id: UUID, result_id: str, page: int) -> tuple[str, int]:
+        try:
+            rid = UUID(result_id)
+        except ValueError:
+            raise ToolError(f"{result_id!r} is not a stored result id") from None
+        text = await server_store.read_result(self.db, Scope(org_id), rid)
+        pages = max(1, math.ceil(len(text) / self.page_chars))
+        if not 1 <= page <= pages:
+            raise ToolError(f"page {page} does not exist; pages are 1..{pages}")
+        start = (page - 1) * self.page_chars
+        return text[start:start + self.page_chars], pages
+
+
+async def _read_tool_result(args: dict[str, Any], ctx: ToolContext) -> str:
+    results = ctx.service(StoredResults)
+    page = int(args.get("page", 1))
+    text, pages = await results.page(ctx.org_id, str(args["id"]), page)
+    more = f" Next: read_tool_result(id=\"{args['id']}\", page={page + 1})." \
+        if page < pages else " This is the last page."
+    return f"[stored result {args['id']}: page {page} of {pages}.{more}]\n{text}"
+
+
+read_tool_result = Tool(
+    name="read_tool_result",
+    description="Read one page of a tool result that was too long to show at once "
+                "(the cut result names its id and the page count).",
+    input_schema={"type": "object", "properties": {
+        "id": {"type": "string"}, "page": {"type": "integer", "minimum": 1}},
+        "required": ["id"], "additionalProperties": False},
+    handler=_read_tool_result, read_only=True,
+)
+
+
+class McpService:
+    """The process's MCP machinery (one per `Ator`)."""
+
+    def __init__(self, settings: Settings, db: Database, master_key: MasterKey,
+                 egress: Egress | None = None) -> None:
+        self.settings = settings
+        self.db = db
+        self.master_key = master_key
+        self.egress = egress or Egress.from_settings(settings)
+        self.pool = McpPool(self.egress, idle_ttl=settings.mcp_session_idle_ttl,
+                            max_sessions=settings.mcp_max_sessions,
+                            max_per_org=settings.mcp_max_sessions_per_org)
+        self.results = StoredResults(db, settings.mcp_result_chars)
+        self.recent = _Recent(settings.mcp_catalog_ttl)
+        self.gated = PolicyGated(db, [web_fetch_tool(self.egress)], settings.mcp_catalog_ttl)
+        self.toolset = McpToolset(self, self.pool,
+                                  description_chars=settings.mcp_description_chars,
+                                  result_chars=settings.mcp_result_chars,
+                                  stash=self.results.stash, companions=(read_tool_result,),
+                                  search_threshold=settings.mcp_tool_search_threshold)
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+
+    async def endpoint(self, scope: Scope, server: McpServer) -> McpEndpoint:
+        """The server with its header references resolved (SecretError when one is unset)."""
+        headers: dict[str, str] = {}
+        for key, ref in server.headers.items():
+            m = _REF.match(ref)
+            if m is None:
+                raise SecretError(f"header {key!r} of {server.name!r} is not a secret reference")
+            value = await secret_store.reveal(self.db, self.master_key, scope, m.group(2))
+            headers[key] = f"{m.group(1)} {value}" if m.group(1) else value
+        return McpEndpoint(server.name, server.transport, server.url, (), headers,
+                           server.timeout_s)
+
+    def operator_servers(self) -> list[MountedServer]:
+        return [MountedServer(uuid.uuid5(_STDIO_NS, name),
+                              McpEndpoint(name, "stdio", None, tuple(cmd), {}, 30.0), None)
+                for name, cmd in sorted(self.settings.mcp_stdio_servers.items())]
+
+    async def mounted(self, org_id: UUID) -> Sequence[MountedServer]:
+        found: list[MountedServer] | None = self.recent.get(org_id)
+        if found is None:
+            found = await self._read_mounted(org_id)
+            self.recent.put(org_id, found)
+        return found
+
+    async def _read_mounted(self, org_id: UUID) -> list[MountedServer]:
+        scope = Scope(org_id)
+        out = self.operator_servers()
+        for server in await server_store.list_servers(self.db, scope, enabled_only=True):
+            try:
+                endpoint = await self.endpoint(scope, server)
+            except SecretError as exc:
+                log.warning("MCP server %s left out: %s", server.name, exc.message)
+                continue
+            tools = None if server.catalog is None else [RemoteTool.from_record(t)
+                                                         for t in server.catalog]
+            out.append(MountedServer(server.id, endpoint, tools, server.allow, server.deny))
+        return out
+
+
+class _Recent:
+    """A small per-process cache with a TTL: what a turn reads at its start (the org's MCP
+    servers, a setup's policy) is read once per TTL, not once per turn, so a turn costs no
+    statement more than before. Writes through this process drop their entry at once; another
+    replica's writes are seen within the TTL."""
+
+    def __init__(self, ttl: float, size: int = 4096) -> None:
+        self.ttl = ttl
+        self.size = size
+        self._items: OrderedDict[object, tuple[float, Any]] = OrderedDict()
+
+    def get(self, key: object) -> Any | None:
+        found = self._items.get(key)
+        if found is None or found[0] < time.monotonic():
+            return None
+        return found[1]
+
+    def put(self, key: object, value: Any) -> None:
+        self._items[key] = (time.monotonic() + self.ttl, value)
+        self._items.move_to_end(key)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    def drop(self, key: object) -> None:
+        self._items.pop(key, None)
+
+
+class PolicyGated:
+    """Tools a turn gets only when its setup's tool policy names them in `allow` (off by
+    default, unlike native tools): `web_fetch`. One setup read per turn."""
+
+    name = "gated"
+
+    def __init__(self, db: Database, tools: Sequence[Tool], ttl: float = 5.0) -> None:
+        self.db = db
+        self._tools = tuple(tools)
+        self.recent = _Recent(ttl)
+
+    async def tools(self, scope: ToolScope) -> Sequence[Tool]:
+        key = (scope.org_id, scope.setup_id)
+        found: tuple[Tool, ...] | None = self.recent.get(key)
+        if found is None:
+            setup = await setup_store.get_setup(self.db, Scope(scope.org_id), scope.setup_id)
+            allow = setup.tool_policy.get("allow") or []
+            found = tuple(t for t in self._tools if t.name in allow)
+            self.recent.put(key, found)
+        return found
+
+
+class McpMethods:
+    """`Ator`'s MCP server methods (mixed into `Ator`; uses its `db`, `mcp`)."""
+
+    db: Database
+    mcp: McpService
+
+    def _check_server(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            parsed = McpServerIn.model_validate(dict(values))
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        if "__" in parsed.name:
+            raise ValidationFailed(
+                "name: must not contain '__' (it separates the server from the tool in "
+                "server__tool)", code="invalid_mcp_server",
+                errors=[{"loc": ["name"], "msg": "contains '__'", "type": "invalid_mcp_server"}])
+        if parsed.transport == "stdio":
+            raise ValidationFailed(
+                "stdio MCP servers run a process on the server's machine: only the operator "
+                "configures them (ATOR_MCP_STDIO_SERVERS); register an http server",
+                code="mcp_transport_unsupported",
+                errors=[{"loc": ["transport"], "msg": "stdio is operator-only",
+                         "type": "mcp_transport_unsupported"}])
+        if not parsed.url:
+            raise ValidationFailed("url: required for an http MCP server",
+                                   code="invalid_mcp_server",
+                                   errors=[{"loc": ["url"], "msg": "required", "type": "missing"}])
+        self.mcp.egress.guard.check_url(parsed.url)  # EgressBlocked for a private literal
+        out = parsed.model_dump(exclude={"token"})
+        if parsed.token is not None:
+            out["headers"] = {**out["headers"], "Authorization": f"Bearer {parsed.token}"}
+        return out
+
+    async def create_mcp_server(self, scope: Scope, **values: Any) -> McpServer:
+        checked = self._check_server(values)
+        self.mcp.recent.drop(scope.org_id)
+        return await server_store.create_server(self.db, scope, **checked)
+
+    async def list_mcp_servers(self, scope: Scope) -> list[McpServer]:
+        return await server_store.list_servers(self.db, scope)
+
+    async def get_mcp_server(self, scope: Scope, server_id: UUID) -> McpServer:
+        return await server_store.get_server(self.db, scope, server_id)
+
+    async def update_mcp_server(self, scope: Scope, server_id: UUID, **changes: Any
+                                ) -> McpServer:
+        current = await server_store.get_server(self.db, scope, server_id)
+        merged = {"name": current.name, "transport": current.transport, "url": current.url,
+                  "headers": current.headers, "timeout_s": current.timeout_s,
+                  "enabled": current.enabled, "allow": current.allow, "deny": current.deny,
+                  **changes}
+        checked = self._check_server(merged)
+        reach_changed = (checked["url"], checked["headers"]) != (current.url, current.headers)
+        if reach_changed:  # a catalog synced from another endpoint is not this one's
+            checked["catalog"] = None
+        self.mcp.recent.drop(scope.org_id)
+        return await server_store.update_server(self.db, scope, server_id, **checked)
+
+    async def delete_mcp_server(self, scope: Scope, server_id: UUID) -> None:
+        self.mcp.recent.drop(scope.org_id)
+        await server_store.delete_server(self.db, scope, server_id)
+
+    async def test_mcp_server(self, scope: Scope, server_id: UUID) -> dict[str, Any]:
+        """Connect, negotiate, list the tools, store them as the server's catalog. Returns
+        what was found: `ok`, era, transport, server name/version, tools with sizes; or `ok`
+        false with the error's code, message and facts (also stored as `last_test`)."""
+        server = await server_store.get_server(self.db, scope, server_id)
+        report: dict[str, Any]
+        session: McpSession | None = None
+        try:
+            endpoint = await self.mcp.endpoint(scope, server)
+            session = await McpSession.open(endpoint, self.mcp.egress)
+            tools = await session.list_tools()
+            report = {
+                "ok": True, "era": session.era, "transport": session.transport,
+                "server": session.server_info,
+                "tools": [{"name": t.name, "size": t.size, "read_only": t.read_only}
+                          for t in tools],
+                "tool_count": len(tools), "definition_chars": sum(t.size for t in tools),
+            }
+            await server_store.update_server(self.db, scope, server_id,
+                                             catalog=[t.record() for t in tools],
+                                             last_test=report)
+            self.mcp.recent.drop(scope.org_id)
+        except AtorError as exc:
+            report = {"ok": False, "error": {"code": exc.code, "message": exc.message,
+                                             "facts": getattr(exc, "facts", {})}}
+            await server_store.update_server(self.db, scope, server_id, last_test=report)
+        finally:
+            if session is not None:
+                await session.aclose()
+        return report
+
