@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from ator.engine.mcp import StoredResults, read_tool_result
 from ator.errors import NotFound
@@ -226,3 +227,36 @@ async def test_the_setup_policy_allows_and_denies_by_server_and_glob() -> None:
     registry = await turn.refresh(scope())
     assert sorted(registry.names()) == ["crm__read", "docs__read", "docs__write"]
     assert parse_tool_policy({"allow": ["docs__*"], "deny": ["docs__[dw]*"]})
+
+
+async def test_a_server_left_out_is_told_to_the_model_before_its_first_call(
+    make_ator: Any,
+) -> None:
+    from ator.agent.loop import ModelRequest as Request
+    from ator.providers.base import MessageStop, StreamEvent, TextDelta, Usage
+    from ator.store.schema import model_calls
+    from tests.conftest import new_thread
+
+    seen: list[Request] = []
+
+    class Recorder:
+        name = "rec"
+
+        async def stream(self, request: Request) -> Any:
+            seen.append(request)
+            events: list[StreamEvent] = [TextDelta("ok"), MessageStop("end_turn", Usage(1, 1))]
+            for event in events:
+                yield event
+
+    async with make_ator(providers={"rec": Recorder()}, egress_allow=("127.0.0.1",),
+                         mcp_catalog_ttl=0.001) as ator:
+        scope, thread = await new_thread(ator, "rec")
+        await ator.create_mcp_server(scope, name="dead", transport="http",
+                                     url="http://127.0.0.1:9/mcp", timeout_s=2)
+        result = await ator.ask(scope, thread.id, "hi", timeout=30)
+        [row] = await ator.db.read(sa.select(model_calls.c.request_meta)
+                                   .where(model_calls.c.turn_id == result.turn_id))
+    assert result.stop_reason == "end_turn"
+    status = [b for b in seen[0].system if b.name == "mcp-status"]
+    assert status and "'dead' left out: [mcp_server_unavailable]" in status[0].text
+    assert any("mcp_server_unavailable" in p for p in row.request_meta["mcp_problems"])

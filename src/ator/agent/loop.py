@@ -127,15 +127,16 @@ async def run_loop(
             tools=list(tools.specs), max_tokens=caps.max_output_tokens, user_id=turn.user_id,
             cache=turn.cache,
         )
+        # What the model call will record about its request; hooks may add to it.
+        state.request_meta = {"model": turn.model, "layers": layers,
+                              "config_hash": turn.config_hash}
         try:
             for hook in hooks:
                 request = await hook.before_call(turn, state, request)
         except StopTurn as stop:
             return Outcome(stop.reason, stop.message)
-        state.request_meta = {
-            "model": turn.model, "layers": layers, "config_hash": turn.config_hash,
-            "tools": [{"name": t.name, "origin": t.origin} for t in request.tools],
-        }
+        state.request_meta["tools"] = [{"name": t.name, "origin": t.origin}
+                                       for t in request.tools]
         try:
             reply = await _call_with_retries(provider, request, turn, state, prices, sink)
         except TimeoutError:

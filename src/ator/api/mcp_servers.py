@@ -13,8 +13,8 @@ from fastapi import APIRouter, Body, Depends, Response
 
 from ator.api.auth import get_ator, require
 from ator.engine.runtime import Ator
-from ator.store.records import Principal
 from ator.store.mcp_servers import McpServer
+from ator.store.records import Principal
 
 router = APIRouter(prefix="/v1/mcp-servers")
 

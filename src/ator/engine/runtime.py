@@ -38,6 +38,7 @@ from ator.engine.access import Access
 from ator.engine.actor import Actor, lease_key
 from ator.engine.follow import TurnFollow
 from ator.engine.mcp import McpMethods, McpService, StoredResults
+from ator.engine.mcp_notices import McpNotices
 from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
 from ator.engine.tenancy import Tenancy
@@ -111,6 +112,7 @@ class Ator(McpMethods):
         self.tenancy = Tenancy(db, master_key)
         self.mcp = McpService(settings, db, master_key)
         self.toolsets += [self.mcp.gated, self.mcp.toolset]
+        hooks = [McpNotices(self.mcp.toolset), *hooks]
         services = {StoredResults: self.mcp.results, **(services or {})}
         self.runner = TurnRunner(
             db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
