@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import ator
-from ator.api import ops, orgs, setups, threads
+from ator.api import ops, orgs, setups, stream, threads
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.runtime import Ator
@@ -91,6 +91,6 @@ def create_app(
                                      per_org=settings.max_waits_per_org)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_problem_handlers(app)
-    for module in (ops, orgs, setups, threads):
+    for module in (ops, orgs, setups, threads, stream):
         app.include_router(module.router)
     return app
