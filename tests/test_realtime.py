@@ -31,6 +31,11 @@ class Client:
         self.refused: Any = None  # the problem a refused connect was answered with
         self.sio.on("frame", self._frame)
         self.sio.on("connect_error", self._refused)
+        self.gone = asyncio.Event()
+        self.sio.on("disconnect", self._gone)
+
+    async def _gone(self, *reason: Any) -> None:
+        self.gone.set()
 
     async def _refused(self, data: Any) -> None:
         self.refused = data
@@ -65,7 +70,7 @@ class Client:
 
 @asynccontextmanager
 async def replica(make_ator: Any, gated: Gated, **overrides: Any
-                  ) -> AsyncIterator[tuple[str, Ator]]:
+                  ) -> AsyncIterator[tuple[str, Ator, Any]]:
     async with make_ator(providers={"gated": gated}, rate_limit_per_minute=0,
                          **overrides) as runtime:
         app = create_app(runtime.settings, runtime=runtime)
@@ -73,7 +78,7 @@ async def replica(make_ator: Any, gated: Gated, **overrides: Any
         app.state.gateway.attach(runtime)
         try:
             async with serve(app) as base:
-                yield base, runtime
+                yield base, runtime, app.state.gateway
         finally:
             await app.state.gateway.close()
 
@@ -93,14 +98,15 @@ async def clients() -> AsyncIterator[Callable[[], Client]]:
 
 
 @pytest.fixture
-async def one(make_ator: Any) -> AsyncIterator[tuple[str, Ator, Gated]]:
+async def one(make_ator: Any) -> AsyncIterator[tuple[str, Ator, Gated, Any]]:
     gated = Gated(pieces=3)
-    async with replica(make_ator, gated, max_socket_rooms=2, max_sockets_per_user=2) as (b, a):
-        yield b, a, gated
+    async with replica(make_ator, gated, max_socket_rooms=2, max_sockets_per_user=2
+                       ) as (b, a, gw):
+        yield b, a, gated, gw
 
 
 async def test_a_key_is_required_and_checked_at_connect(one: Any, clients: Any) -> None:
-    base, _ator, _ = one
+    base, _ator, _, _ = one
     for key in (None, "ator_00000000_nope"):
         client = clients()
         with pytest.raises(socketio.exceptions.ConnectionError):
@@ -111,7 +117,7 @@ async def test_a_key_is_required_and_checked_at_connect(one: Any, clients: Any) 
 async def test_rejoin_after_500_missed_frames_gets_exactly_those_then_live(
     one: Any, clients: Any
 ) -> None:
-    base, ator, _ = one
+    base, ator, _, _ = one
     scope, thread = await new_thread(ator, "gated")
     key = await member_key(ator, scope, "viewer")
     await append_notes(ator, scope, thread.id, [f"seen{i}" for i in range(20)])
@@ -139,7 +145,7 @@ async def test_rejoin_after_500_missed_frames_gets_exactly_those_then_live(
 
 
 async def test_another_orgs_thread_is_refused_and_roles_hold(one: Any, clients: Any) -> None:
-    base, ator, _ = one
+    base, ator, _, _ = one
     scope, thread = await new_thread(ator, "gated")
     other_scope, _ = await new_thread(ator, "gated")
     stranger = clients()
@@ -161,7 +167,7 @@ async def test_another_orgs_thread_is_refused_and_roles_hold(one: Any, clients: 
 async def test_send_streams_deltas_and_pushes_busy_and_idle_to_the_org_room(
     one: Any, clients: Any
 ) -> None:
-    base, ator, gated = one
+    base, ator, gated, _ = one
     scope, thread = await new_thread(ator, "gated")
     key = await member_key(ator, scope)
     chat, lobby = clients(), clients()
@@ -194,7 +200,7 @@ async def test_send_streams_deltas_and_pushes_busy_and_idle_to_the_org_room(
 
 
 async def test_limits_on_rooms_and_sockets_and_a_revoked_key(one: Any, clients: Any) -> None:
-    base, ator, _ = one
+    base, ator, _, _ = one
     scope, thread = await new_thread(ator, "gated")
     threads = [thread.id] + [(await ator.create_thread(scope, thread.setup_id)).id
                              for _ in range(2)]
@@ -221,6 +227,12 @@ async def test_limits_on_rooms_and_sockets_and_a_revoked_key(one: Any, clients: 
     await key_store.revoke_key(ator.db, Scope(scope.org_id), record.id)
     ack = await second.call("join", thread_id=str(threads[0]))
     assert (ack["ok"], ack["error"]["code"]) == (False, "unauthenticated")
+    await asyncio.wait_for(second.gone.wait(), 10)  # a command with a revoked key ends it
+    assert not first.gone.is_set()
+    gateway = one[3]
+    assert await gateway.recheck() == 1  # the sweep ends the socket that sent nothing
+    await asyncio.wait_for(first.gone.wait(), 10)
+    assert gateway.connections == 0
 
 
 async def test_a_turn_started_through_replica_a_reaches_a_socket_on_replica_b(
@@ -229,10 +241,10 @@ async def test_a_turn_started_through_replica_a_reaches_a_socket_on_replica_b(
     gated = Gated(pieces=2)
     prefix = f"ator-test-rt-{uuid.uuid4().hex[:8]}:"
     async with AsyncExitStack() as stack:
-        base_a, a = await stack.enter_async_context(
+        base_a, a, _ = await stack.enter_async_context(
             replica(make_ator, gated, redis_url=REDIS_URL, redis_prefix=prefix))
         # B runs no turns: whatever B's sockets get of this turn crossed from A through Redis.
-        base_b, _b = await stack.enter_async_context(
+        base_b, _, _ = await stack.enter_async_context(
             replica(make_ator, gated, redis_url=REDIS_URL, redis_prefix=prefix, engine=False))
         scope, thread = await new_thread(a, "gated")
         on_a, on_b, watcher_b = clients(), clients(), clients()

@@ -138,6 +138,7 @@ class Settings(BaseSettings):
     max_socket_rooms: int = Field(default=32, ge=1)
     socket_outbox: int = Field(default=256, ge=8)
     socket_slow_timeout: float = Field(default=10.0, gt=0)
+    socket_recheck_interval: float = Field(default=30.0, gt=0)  # revoked keys lose sockets
     # /metrics answers only with this bearer token; unset, /metrics is 404.
     metrics_token: SecretStr | None = None
     # With no API key in the database yet, serve creates an operator admin key: this one if

@@ -36,7 +36,8 @@ from ator.store import threads as thread_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["FRAME_VERSION", "delta_envelope", "event_envelope", "thread_frames"]
+__all__ = ["FRAME_VERSION", "delta_envelope", "event_envelope", "open_feed", "read_frames",
+           "thread_frames"]
 
 FRAME_VERSION = 1
 _PAGE = 500
@@ -66,6 +67,29 @@ async def thread_frames(
     shared connection is lost."""
     await thread_store.get_thread(db, scope, thread_id)
     return _frames(db, coord, scope, thread_id, after_seq, deltas, keepalive)
+
+
+async def open_feed(
+    db: Database, coord: Coordinator, scope: Scope, thread_id: UUID,
+) -> tuple[int, AsyncGenerator[dict[str, Any] | None, None]]:
+    """A thread's frames from now on: (the seq committed before it, its live iterator) —
+    what a process shares among all the readers of one thread (the socket gateway). Raises
+    NotFound for another org's thread."""
+    thread = await thread_store.get_thread(db, scope, thread_id)
+    return thread.last_seq, _frames(db, coord, scope, thread_id, thread.last_seq, True, None)
+
+
+async def read_frames(
+    db: Database, scope: Scope, thread_id: UUID, *, after_seq: int, limit: int = _PAGE,
+    check: bool = False,
+) -> list[dict[str, Any]]:
+    """Frames of the events after `after_seq` from the database (the first `limit`). With
+    `check`, raises NotFound for another org's thread first."""
+    if check:
+        await thread_store.get_thread(db, scope, thread_id)
+    page = await event_store.read_events(db, scope, thread_id, after_seq=after_seq,
+                                         limit=limit)
+    return [event_envelope(thread_id, event_frame(e)) for e in page]
 
 
 async def _frames(

@@ -2,21 +2,19 @@
 store.keys, errors).
 
 A `Connection` holds who is connected (the principal and its key, re-checked on every
-command so a revoked key stops working at once), and one relay task per thread it follows,
-at most `max_rooms`. What a connection may hold in memory is bounded: its relays, each
-relay's inbox on the process's shared subscription (engine.stream), and the frames queued
-for its transport (see gateway: volatile deltas are dropped past a small backlog, persisted
-frames wait for the transport to drain, and a socket that does not drain is disconnected).
+command and by a periodic sweep, so a revoked key stops working), and the threads it
+follows (realtime.feed), at most `max_rooms`. What a connection holds in memory is bounded:
+its follows and the packets queued for its transport (see realtime.feed).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 from uuid import UUID
 
 from ator.errors import AtorError, RateLimited
+from ator.realtime.feed import Follow
 from ator.store.keys import Principal
 
 __all__ = ["Connection", "SocketCounts", "TooManyRooms", "TooManySockets"]
@@ -37,30 +35,17 @@ class Connection:
     sid: str
     principal: Principal
     key: str
-    relays: dict[UUID, asyncio.Task[None]] = field(default_factory=dict)
-    dropped_deltas: int = 0  # volatile frames not sent because the transport lagged
+    follows: dict[UUID, Follow] = field(default_factory=dict)
 
     @property
     def rooms(self) -> list[str]:
         """The rooms this socket is in: joined by the server, never named by the client."""
         return [f"org:{self.principal.org_id}", f"user:{self.principal.user_id}",
-                *(f"thread:{t}" for t in self.relays)]
+                *(f"thread:{t}" for t in self.follows)]
 
     def check_room_limit(self, thread_id: UUID, max_rooms: int) -> None:
-        if thread_id not in self.relays and len(self.relays) >= max_rooms:
+        if thread_id not in self.follows and len(self.follows) >= max_rooms:
             raise TooManyRooms(f"a socket may follow at most {max_rooms} threads at once")
-
-    async def stop_relay(self, thread_id: UUID) -> bool:
-        task = self.relays.pop(thread_id, None)
-        if task is None:
-            return False
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return True
-
-    async def close(self) -> None:
-        for thread_id in list(self.relays):
-            await self.stop_relay(thread_id)
 
 
 class SocketCounts:

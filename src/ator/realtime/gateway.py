@@ -30,10 +30,11 @@ from uuid import UUID
 import socketio  # type: ignore[import-untyped]
 
 from ator.engine.runtime import Ator
-from ator.engine.stream import FRAME_VERSION, thread_frames
+from ator.engine.stream import FRAME_VERSION
 from ator.errors import AtorError, CoordinationError, Forbidden, ValidationFailed
 from ator.obs.logging import get_logger
 from ator.realtime.connection import Connection, SocketCounts
+from ator.realtime.feed import Feeds
 from ator.store.keys import Principal, authenticate
 from ator.store.records import Event
 from ator.store.scope import Scope
@@ -43,7 +44,6 @@ __all__ = ["Gateway"]
 log = get_logger("ator.realtime")
 
 _ROLE = {"viewer": 0, "member": 1, "admin": 2}
-_VOLATILE_BACKLOG = 16  # packets queued to a socket past which its token deltas are dropped
 Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -86,6 +86,7 @@ class Gateway:
         self._conns: dict[str, Connection] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._unwatch: Callable[[], None] | None = None
+        self.feeds: Feeds | None = None
         self.sio.on("connect", self._connect)
         self.sio.on("disconnect", self._disconnect)
         commands: dict[str, Handler] = {"join": self._join, "leave": self._leave,
@@ -104,6 +105,11 @@ class Gateway:
         s = ator.settings
         self._counts = SocketCounts(per_user=s.max_sockets_per_user, per_org=s.max_sockets_per_org)
         self._unwatch = ator.publisher.watch(self._on_events)
+        self.feeds = Feeds(self.sio, lambda: self.ator, outbox=s.socket_outbox,
+                           slow_timeout=s.socket_slow_timeout,
+                           disconnect=lambda sid: self._spawn(
+                               self.sio.disconnect(sid, ignore_queue=True)))
+        self._spawn(self._recheck_every(s.socket_recheck_interval))
         if not self.sio.manager_initialized:
             self.sio.manager_initialized = True
             self.sio.manager.initialize()
@@ -116,6 +122,8 @@ class Gateway:
             await self.sio.disconnect(sid, ignore_queue=True)
             await self._drop(sid)
         tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         listener = getattr(self.sio.manager, "thread", None)
@@ -154,7 +162,9 @@ class Gateway:
     async def _drop(self, sid: str) -> None:
         conn = self._conns.pop(sid, None)
         if conn is not None:
-            await conn.close()
+            for follow in list(conn.follows.values()):
+                await self._feeds().unfollow(follow)
+            conn.follows.clear()
             assert self._counts is not None
             self._counts.give_back(conn.principal)
 
@@ -165,6 +175,23 @@ class Gateway:
         if principal is None:
             raise Unauthenticated("the API key is not valid or was revoked")
         return principal
+
+    async def recheck(self) -> int:
+        """Disconnect every socket whose key was revoked since; returns how many."""
+        revoked = {key for key in {c.key for c in self._conns.values()}
+                   if await authenticate(self.ator.db, key) is None}
+        gone = [sid for sid, c in self._conns.items() if c.key in revoked]
+        for sid in gone:
+            await self.sio.disconnect(sid, ignore_queue=True)
+        return len(gone)
+
+    async def _recheck_every(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.recheck()
+            except AtorError:
+                log.warning("could not re-check socket keys", exc_info=True)
 
     # Commands ---------------------------------------------------------------------------
 
@@ -192,20 +219,23 @@ class Gateway:
             raise ValidationFailed("after_seq must be a seq (an integer >= 0)",
                                    code="invalid_cursor")
         conn.check_room_limit(thread_id, self.ator.settings.max_socket_rooms)
-        frames = await thread_frames(self.ator.db, self.ator.coord, conn.principal.scope,
-                                     thread_id, after_seq=after_seq)  # NotFound: another org's
-        await conn.stop_relay(thread_id)
+        old = conn.follows.pop(thread_id, None)
+        if old is not None:
+            await self._feeds().unfollow(old)
+        # NotFound for another org's thread, before anything is joined
+        conn.follows[thread_id] = await self._feeds().follow(conn.sid, conn.principal.scope,
+                                                             thread_id, after_seq)
         room = f"thread:{thread_id}"
         await self.sio.enter_room(conn.sid, room)
-        task = asyncio.get_running_loop().create_task(self._relay(conn, thread_id, frames))
-        conn.relays[thread_id] = task
         return {"thread_id": str(thread_id), "after_seq": after_seq, "room": room}
 
     async def _leave(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
         thread_id = _thread_id(payload)
-        left = await conn.stop_relay(thread_id)
+        follow = conn.follows.pop(thread_id, None)
+        if follow is not None:
+            await self._feeds().unfollow(follow)
         await self.sio.leave_room(conn.sid, f"thread:{thread_id}")
-        return {"thread_id": str(thread_id), "left": left}
+        return {"thread_id": str(thread_id), "left": follow is not None}
 
     async def _send(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
         _require(conn.principal, "member")
@@ -227,43 +257,10 @@ class Gateway:
 
     # Relays and pushes ------------------------------------------------------------------
 
-    async def _relay(self, conn: Connection, thread_id: UUID, frames: Any) -> None:
-        """Send one thread's frames to one socket, with bounded memory (see the module)."""
-        try:
-            async for frame in frames:
-                if frame is None:
-                    continue
-                queue = self._transport_queue(conn.sid)
-                if queue is None:
-                    return
-                if frame["seq"] is None:
-                    if queue.qsize() >= _VOLATILE_BACKLOG:
-                        conn.dropped_deltas += 1
-                        continue
-                elif queue.qsize() >= self.ator.settings.socket_outbox:
-                    try:
-                        async with asyncio.timeout(self.ator.settings.socket_slow_timeout):
-                            await queue.join()
-                    except TimeoutError:
-                        log.info("disconnecting a socket that does not keep up")
-                        self._spawn(self.sio.disconnect(conn.sid, ignore_queue=True))
-                        return
-                await self.sio.emit("frame", frame, to=conn.sid, ignore_queue=True)
-        except CoordinationError as exc:
-            await self.sio.emit("frame", {"v": FRAME_VERSION, "seq": None, "type": "error",
-                                          "data": {"thread_id": str(thread_id),
-                                                   **_problem(exc)}},
-                                to=conn.sid, ignore_queue=True)
-        finally:
-            await frames.aclose()
-
-    def _transport_queue(self, sid: str) -> asyncio.Queue[Any] | None:
-        eio_sid = self.sio.manager.eio_sid_from_sid(sid, "/")
-        socket = self.sio.eio.sockets.get(eio_sid) if eio_sid else None
-        if socket is None or socket.closed:
-            return None
-        queue: asyncio.Queue[Any] = socket.queue
-        return queue
+    def _feeds(self) -> Feeds:
+        if self.feeds is None:
+            raise CoordinationError("the socket gateway is not attached to a runtime")
+        return self.feeds
 
     def _on_events(self, scope: Scope, thread_id: UUID, events: Sequence[Event]) -> None:
         for event in events:
