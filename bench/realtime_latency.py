@@ -3,12 +3,14 @@ ator for provisioning, python-socketio's client, and realtime_server next to it)
 
     ATOR_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
         .venv/bin/python bench/realtime_latency.py [--sockets 1000] [--turns 50]
-        [--tokens 40] [--interval 0.05] [--replicas 1|2] [--redis redis://127.0.0.1:6379/15]
+        [--tokens 40] [--interval 0.05] [--stagger 1.0] [--replicas 1|2]
+        [--redis redis://127.0.0.1:6379/15]
 
 Starts `--replicas` real server processes (bench/realtime_server.py, on Redis when 2) on a
 fresh database, connects `--sockets` socket.io clients (WebSocket) spread over the replicas,
 each joined to one of `--turns` threads, then starts one turn per thread whose model streams
-`--tokens` tokens `--interval` s apart, each token carrying the time it was produced.
+`--tokens` tokens `--interval` s apart, each token carrying the time it was produced; the
+turns' first messages are spread over `--stagger` seconds (0: all at once).
 
 Reported, per received delta frame: latency = receipt at the client - production time of the
 frame's LAST token (an upper bound of publish -> receipt: the publisher flushes a batch at
@@ -36,9 +38,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import asyncpg
 import httpx
-import socketio  # type: ignore[import-untyped]
 from realtime_server import Tick
 
 from ator import Ator, Scope, Settings
@@ -85,13 +87,58 @@ def _pct(values: list[float], p: float) -> float:
 
 
 class Receiver:
-    def __init__(self, stats: dict[str, Any]) -> None:
-        self.sio = socketio.AsyncClient(reconnection=False)
-        self.stats = stats
-        self.sio.on("frame", self.frame)
+    """A lean socket.io client (Engine.IO 4 over one WebSocket, the frames parsed by hand):
+    a load generator must cost less than what it measures, and python-socketio's client
+    makes a task per event."""
 
-    async def frame(self, frame: dict[str, Any]) -> None:
-        now = time.time()
+    def __init__(self, stats: dict[str, Any]) -> None:
+        self.stats = stats
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.reader: asyncio.Task[None] | None = None
+        self._acks: dict[int, asyncio.Future[Any]] = {}
+        self._next = 0
+
+    async def connect(self, http: aiohttp.ClientSession, base: str, key: str) -> None:
+        url = base.replace("http://", "ws://") + "/socket.io/?EIO=4&transport=websocket"
+        self.ws = await http.ws_connect(url, autoping=True, max_msg_size=0)
+        opened = await self.ws.receive_str()
+        assert opened.startswith("0"), opened
+        await self.ws.send_str("40" + json.dumps({"key": key}))
+        answer = await self.ws.receive_str()
+        if not answer.startswith("40"):
+            raise RuntimeError(f"connect refused: {answer}")
+        self.reader = asyncio.create_task(self._read())
+
+    async def call(self, event: str, payload: dict[str, Any]) -> Any:
+        assert self.ws is not None
+        self._next += 1
+        ack = self._acks[self._next] = asyncio.get_running_loop().create_future()
+        await self.ws.send_str(f"42{self._next}" + json.dumps([event, payload]))
+        async with asyncio.timeout(30):
+            return await ack
+
+    async def close(self) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+        if self.ws is not None:
+            await self.ws.close()
+
+    async def _read(self) -> None:
+        assert self.ws is not None
+        async for msg in self.ws:
+            data = msg.data
+            if data == "2":
+                await self.ws.send_str("3")
+            elif data.startswith('42["frame",'):
+                self.frame(time.time(), json.loads(data[11:-1]))
+            elif data.startswith("43"):
+                head = data[2:data.index("[")]
+                fut = self._acks.pop(int(head), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(json.loads(data[2 + len(head):])[0])
+        self.stats["disconnects"] += 1
+
+    def frame(self, now: float, frame: dict[str, Any]) -> None:
         if frame["type"] == "delta":
             stamps = [float(t) for d in frame["data"]["deltas"]
                       for t in d.get("text", "").split()]
@@ -128,6 +175,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         master_key=env["ATOR_MASTER_KEY"])
     procs: list[subprocess.Popen[bytes]] = []
     clients: list[Receiver] = []
+    http: aiohttp.ClientSession | None = None
     try:
         async with await Ator.open(settings, providers={"tick": Tick(1, 0)},
                                    engine=False) as ator:
@@ -160,30 +208,42 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         raise RuntimeError("replica not ready in 60 s")
                     await asyncio.sleep(0.2)
         rss_before = [_rss_kib(p.pid) for p in procs]
-        stats: dict[str, Any] = {"last": [], "first": [], "tokens": 0, "ended": 0,
+        stats: dict[str, Any] = {"last": [], "first": [], "tokens": 0, "ended": 0, "disconnects": 0,
                                  "want_ended": args.sockets, "done": asyncio.Event()}
         t0 = time.monotonic()
+        http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         for start in range(0, args.sockets, 50):
             batch = [Receiver(stats) for _ in range(start, min(args.sockets, start + 50))]
             await asyncio.gather(*(
-                c.sio.connect(urls[(start + j) % len(urls)], transports=["websocket"],
-                              auth={"key": key}, wait_timeout=30)
+                c.connect(http, urls[(start + j) % len(urls)], key)
                 for j, c in enumerate(batch)))
             acks = await asyncio.gather(*(
-                c.sio.call("join", {"thread_id": str(threads[(start + j) % len(threads)])},
-                           timeout=30) for j, c in enumerate(batch)))
+                c.call("join", {"thread_id": str(threads[(start + j) % len(threads)])})
+                for j, c in enumerate(batch)))
             assert all(a["ok"] for a in acks), acks
             clients.extend(batch)
         connect_s = time.monotonic() - t0
         rss_after = [_rss_kib(p.pid) for p in procs]
         t1 = time.monotonic()
         cpu_server, cpu_clients = [_cpu_s(p.pid) for p in procs], time.process_time()
-        acks = await asyncio.gather(*(
-            clients[i].sio.call("send", {"thread_id": str(t), "text": "go"}, timeout=30)
-            for i, t in enumerate(threads)))
+        async def start(i: int, thread_id: uuid.UUID) -> dict[str, Any]:
+            await asyncio.sleep(args.stagger * i / len(threads))  # turns start spread out
+            ack: dict[str, Any] = await clients[i].call(
+                "send", {"thread_id": str(thread_id), "text": "go"})
+            return ack
+
+        acks = await asyncio.gather(*(start(i, t) for i, t in enumerate(threads)))
         assert all(a["ok"] for a in acks), acks
-        await asyncio.wait_for(stats["done"].wait(), timeout=args.tokens * args.interval + 120)
+        try:
+            await asyncio.wait_for(stats["done"].wait(),
+                                   timeout=args.tokens * args.interval + args.stagger + 60)
+        except TimeoutError:
+            print(f"not every socket saw its turn end: {stats['ended']} of {args.sockets}",
+                  file=sys.stderr)
         stream_s = time.monotonic() - t1
+        if os.environ.get("BENCH_RAW"):
+            Path(os.environ["BENCH_RAW"]).write_text(  # noqa: ASYNC240 (after the run)
+                json.dumps(stats.get("raw", [])))
         cpu_server = [_cpu_s(p.pid) - c for p, c in zip(procs, cpu_server, strict=True)]
         cpu_clients = time.process_time() - cpu_clients
         per_conn = [(a - b) / max(1, args.sockets // args.replicas)
@@ -191,7 +251,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "replicas": args.replicas, "sockets": args.sockets, "turns": args.turns,
             "tokens_per_turn": args.tokens, "token_interval_s": args.interval,
+            "turn_starts_spread_s": args.stagger,
             "delta_frames_received": len(stats["last"]),
+            "sockets_that_saw_turn_ended": stats["ended"],
+            "disconnects_during_run": stats["disconnects"],
             "tokens_received": stats["tokens"],
             "tokens_expected": args.sockets * args.tokens,
             "latency_ms_last_token": {"p50": round(_pct(stats["last"], 50), 1),
@@ -208,7 +271,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "clients": round(cpu_clients / stream_s, 2)},
         }
     finally:
-        await asyncio.gather(*(c.sio.disconnect() for c in clients), return_exceptions=True)
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        if http is not None:
+            await http.close()
         for p in procs:
             p.terminate()
         for p in procs:
@@ -227,6 +292,8 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=50)
     parser.add_argument("--tokens", type=int, default=40)
     parser.add_argument("--interval", type=float, default=0.05)
+    parser.add_argument("--stagger", type=float, default=1.0,
+                        help="seconds over which the turns' first messages are spread")
     parser.add_argument("--replicas", type=int, default=1, choices=(1, 2))
     parser.add_argument("--redis", default=os.environ.get("ATOR_TEST_REDIS_URL",
                                                           "redis://127.0.0.1:6379/15"))

@@ -23,6 +23,7 @@ holds more than a few packets.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 from uuid import UUID
@@ -204,9 +205,12 @@ class Feeds:
         queue: asyncio.Queue[Any] = sock.queue
         return queue
 
-    def _packet(self, frame: dict[str, Any]) -> Any:
-        encoded = self.sio.packet_class(socketio.packet.EVENT, namespace="/",
-                                        data=["frame", frame]).encode()
+    @staticmethod
+    def _packet(frame: dict[str, Any]) -> Any:
+        """The socket.io EVENT packet `frame` on namespace "/" (frames hold no binary, so the
+        encoding is the text one; socket.io's Packet would scan the data for binary)."""
+        encoded = f"{socketio.packet.EVENT}" + json.dumps(["frame", frame], default=str,
+                                                          separators=(",", ":"))
         return engineio.packet.Packet(engineio.packet.MESSAGE, encoded)
 
     def _spawn_unfollow(self, follow: Follow) -> None:

@@ -35,6 +35,7 @@ from ator.errors import AtorError, CoordinationError, Forbidden, ValidationFaile
 from ator.obs.logging import get_logger
 from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
+from ator.realtime.managers import LocalManager, RedisManager
 from ator.store.keys import Principal, authenticate
 from ator.store.records import Event
 from ator.store.scope import Scope
@@ -75,8 +76,7 @@ class Gateway:
 
     def __init__(self, *, redis_url: str | None = None, channel: str = "ator:socketio"
                  ) -> None:
-        manager = (socketio.AsyncRedisManager(redis_url, channel=channel)
-                   if redis_url else None)
+        manager = (RedisManager(redis_url, channel=channel) if redis_url else LocalManager())
         self.sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager,
                                         cors_allowed_origins=[], logger=False,
                                         engineio_logger=False)
