@@ -1,7 +1,8 @@
 """The socket gateway on a real server (uvicorn on loopback, python-socketio clients over
 WebSocket, real PostgreSQL): auth at connect, server-side rooms after an ownership check,
 `join` with after_seq replaying exactly what was missed then live, acknowledged commands with
-problem codes, token deltas, org-room pushes, limits; and two replicas on Redis."""
+problem codes, token deltas, org-room pushes, limits, a socket that stops reading; and two
+replicas on Redis."""
 
 from __future__ import annotations
 
@@ -264,3 +265,47 @@ async def test_a_turn_started_through_replica_a_reaches_a_socket_on_replica_b(
         await watcher_b.until(lambda f: any(x["type"] == "turn.ended" for x in f))
         # each push arrives once, although both replicas share the Redis channel
         assert [f["type"] for f in watcher_b.frames] == ["turn.started", "turn.ended"]
+
+
+async def test_a_socket_that_stops_reading_is_cut_off_and_others_miss_nothing(
+    make_ator: Any, clients: Any, monkeypatch: Any
+) -> None:
+    import json
+
+    import aiohttp
+
+    async with replica(make_ator, Gated(1), socket_outbox=8,
+                       socket_slow_timeout=1.0) as (base, ator, gateway):
+        scope, thread = await new_thread(ator, "gated")
+        key = await member_key(ator, scope)
+        dropped = asyncio.Event()
+        drop = gateway._drop
+
+        async def observed(sid: str) -> None:
+            await drop(sid)
+            dropped.set()
+
+        monkeypatch.setattr(gateway, "_drop", observed)
+        good = clients()
+        await good.connect(base, key)
+        assert (await good.call("join", thread_id=str(thread.id)))["ok"]
+        async with aiohttp.ClientSession() as http, http.ws_connect(
+            base.replace("http", "ws") + "/socket.io/?EIO=4&transport=websocket",
+            autoping=False, max_msg_size=0,
+        ) as slow:
+            assert (await slow.receive_str()).startswith("0")
+            await slow.send_str("40" + json.dumps({"key": key}))
+            assert (await slow.receive_str()).startswith("40")
+            await slow.send_str("421" + json.dumps(["join", {"thread_id": str(thread.id)}]))
+            assert (await slow.receive_str()).startswith("431")
+            # From here `slow` reads nothing: its buffers fill, then its transport queue.
+            big = "x" * 200_000
+            for _ in range(15):
+                await append_notes(ator, scope, thread.id, [big] * 10)
+                if dropped.is_set():
+                    break
+            await asyncio.wait_for(dropped.wait(), 30)
+            assert gateway.connections == 1
+            total = (await ator.events(scope, thread.id, after_seq=0, limit=1000))[-1].seq
+            frames = await good.until(lambda f: len(f) >= total, timeout=60)
+            assert [f["seq"] for f in frames] == list(range(1, total + 1))
