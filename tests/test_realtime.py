@@ -309,3 +309,14 @@ async def test_a_socket_that_stops_reading_is_cut_off_and_others_miss_nothing(
             total = (await ator.events(scope, thread.id, after_seq=0, limit=1000))[-1].seq
             frames = await good.until(lambda f: len(f) >= total, timeout=60)
             assert [f["seq"] for f in frames] == list(range(1, total + 1))
+
+
+async def test_commands_count_against_the_apis_rate_limit(make_ator: Any, clients: Any) -> None:
+    async with replica(make_ator, Gated(1)) as (base, ator, _):
+        object.__setattr__(ator.settings, "rate_limit_per_minute", 3)
+        scope, thread = await new_thread(ator, "gated")
+        client = clients()
+        await client.connect(base, await member_key(ator, scope))
+        answers = [await client.call("stop", thread_id=str(thread.id)) for _ in range(4)]
+    assert [a["ok"] for a in answers] == [True, True, True, False]
+    assert answers[3]["error"]["code"] == "rate_limited"

@@ -106,6 +106,9 @@ class Feeds:
             del feed.followers[follow.sid]
         if not feed.followers and self._feeds.get(feed.thread_id) is feed:
             del self._feeds[feed.thread_id]
+            lock = self._opening.get(feed.thread_id)
+            if lock is not None and not lock.locked():
+                del self._opening[feed.thread_id]
             if feed.task is not None:
                 feed.task.cancel()
                 await asyncio.gather(feed.task, return_exceptions=True)
@@ -119,8 +122,6 @@ class Feeds:
                 seq, frames = await open_feed(ator.db, ator.coord, scope, thread_id)
                 feed = self._feeds[thread_id] = Feed(thread_id, seq)
                 feed.task = asyncio.get_running_loop().create_task(self._run(feed, frames))
-        if not lock.locked():
-            self._opening.pop(thread_id, None)
         return feed
 
     async def _run(self, feed: Feed, frames: AsyncGenerator[dict[str, Any] | None, None]

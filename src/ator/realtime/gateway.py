@@ -7,7 +7,7 @@ in `org:<org>` and `user:<user>`; a thread's room only through `join` after the 
 check. Every frame is the event `frame` with `{v, seq, type, data}` (engine.stream).
 
 Commands, each acknowledged with `{"ok": true, ...}` or `{"ok": false, "error": {"code",
-"status", "detail"}}`, the key re-checked first:
+"status", "detail"}}`, the key re-checked and the API's per-user rate limit counted first:
 - `join {thread_id, after_seq}`: exactly the frames after `after_seq` from the database, then
   live (no gap, no duplicate); joining again restarts from the new cursor.
 - `leave {thread_id}`; `send {thread_id, text, client_message_id}` (member);
@@ -23,6 +23,7 @@ socket from the coordinator's channels.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from uuid import UUID
@@ -31,7 +32,13 @@ import socketio  # type: ignore[import-untyped]
 
 from ator.engine.runtime import Ator
 from ator.engine.stream import FRAME_VERSION
-from ator.errors import AtorError, CoordinationError, Forbidden, ValidationFailed
+from ator.errors import (
+    AtorError,
+    CoordinationError,
+    Forbidden,
+    RateLimited,
+    ValidationFailed,
+)
 from ator.obs.logging import get_logger
 from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
@@ -204,12 +211,22 @@ class Gateway:
                 if await authenticate(self.ator.db, conn.key) is None:
                     self._spawn(self.sio.disconnect(sid, ignore_queue=True))
                     raise Unauthenticated("the API key was revoked")
+                await self._count(conn.principal)
                 if not isinstance(payload, dict):
                     raise ValidationFailed("a command takes an object", code="invalid_command")
                 return {"ok": True, **await handler(conn, payload)}
             except AtorError as exc:
                 return {"ok": False, "error": _problem(exc)}
         return run
+
+    async def _count(self, p: Principal) -> None:
+        """Commands share the HTTP API's per-(org, user) rate limit (on the coordinator)."""
+        limit = self.ator.settings.rate_limit_per_minute
+        if limit > 0:
+            window = 60.0
+            if await self.ator.coord.hit(f"rl:{p.org_id}:{p.user_id}", window) > limit:
+                raise RateLimited(f"more than {limit} requests this minute",
+                                  retry_after=window - (time.time() % window))
 
     async def _join(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
         thread_id = _thread_id(payload)
