@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import collections
 import json
 import os
 import secrets
@@ -148,6 +149,7 @@ class Receiver:
                 self.stats["tokens"] += len(stamps)
         elif frame["type"] == "turn_ended":
             self.stats["ended"] += 1
+            self.stats["ended_by_thread"][frame["data"]["thread_id"]] += 1
             if self.stats["ended"] >= self.stats["want_ended"]:
                 self.stats["done"].set()
 
@@ -209,6 +211,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     await asyncio.sleep(0.2)
         rss_before = [_rss_kib(p.pid) for p in procs]
         stats: dict[str, Any] = {"last": [], "first": [], "tokens": 0, "ended": 0, "disconnects": 0,
+                                 "ended_by_thread": collections.Counter(),
                                  "want_ended": args.sockets, "done": asyncio.Event()}
         t0 = time.monotonic()
         http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -240,6 +243,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         except TimeoutError:
             print(f"not every socket saw its turn end: {stats['ended']} of {args.sockets}",
                   file=sys.stderr)
+            conn = await asyncpg.connect(db_url)
+            for t in threads:
+                if stats["ended_by_thread"][str(t)] < args.sockets // args.turns:
+                    rows = await conn.fetch("SELECT seq, kind, data FROM events WHERE thread_id"
+                                            " = $1 ORDER BY seq DESC LIMIT 3", t)
+                    turns = await conn.fetch("SELECT status, stop_reason, owner FROM turns"
+                                             " WHERE thread_id = $1", t)
+                    print("  thread", t, stats["ended_by_thread"][str(t)],
+                          [(r["seq"], r["kind"]) for r in rows],
+                          [dict(r) for r in turns], file=sys.stderr)
+            await conn.close()
         stream_s = time.monotonic() - t1
         if os.environ.get("BENCH_RAW"):
             Path(os.environ["BENCH_RAW"]).write_text(  # noqa: ASYNC240 (after the run)

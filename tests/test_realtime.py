@@ -320,3 +320,24 @@ async def test_commands_count_against_the_apis_rate_limit(make_ator: Any, client
         answers = [await client.call("stop", thread_id=str(thread.id)) for _ in range(4)]
     assert [a["ok"] for a in answers] == [True, True, True, False]
     assert answers[3]["error"]["code"] == "rate_limited"
+
+
+async def test_a_feed_outlives_a_lost_coordinator_connection(one: Any, clients: Any) -> None:
+    from ator.errors import CoordinationError
+
+    base, ator, _, _ = one
+    scope, thread = await new_thread(ator, "gated")
+    client = clients()
+    await client.connect(base, await member_key(ator, scope))
+    assert (await client.call("join", thread_id=str(thread.id)))["ok"]
+    await append_notes(ator, scope, thread.id, ["before"])
+    await client.until(lambda f: len(f) >= 1)
+    ator.coord.hub._lost(CoordinationError("connection reset"))  # every waiter fails
+    for i in range(5):  # committed while the feed is down: only the database has them
+        await append_notes(ator, scope, thread.id, [f"during{i}"])
+    frames = await client.until(lambda f: len(f) >= 6)
+    await append_notes(ator, scope, thread.id, ["after"])
+    frames = await client.until(lambda f: len(f) >= 7)
+    assert [f["seq"] for f in frames] == list(range(1, 8))
+    assert [f["data"]["data"]["text"] for f in frames] == [
+        "before", *(f"during{i}" for i in range(5)), "after"]

@@ -37,7 +37,7 @@ from ator.store.database import Database
 from ator.store.scope import Scope
 
 __all__ = ["FRAME_VERSION", "delta_envelope", "event_envelope", "open_feed", "read_frames",
-           "thread_frames"]
+           "resume_feed", "thread_frames"]
 
 FRAME_VERSION = 1
 _PAGE = 500
@@ -62,21 +62,32 @@ async def thread_frames(
     """Frames of `thread_id` after `after_seq`, replayed then live, until the caller stops.
 
     Checks ownership first, so awaiting this raises NotFound for another org's thread before
-    anything is streamed. The iterator yields None after `keepalive` idle seconds (a
-    caller's cue to send a heartbeat) and raises CoordinationError when the coordinator's
-    shared connection is lost."""
+    anything is streamed. After `keepalive` idle seconds the iterator re-reads the database
+    (a lost notice costs at most that long) and yields None (a caller's cue to send a
+    heartbeat); it raises CoordinationError when the coordinator's shared connection is
+    lost."""
     await thread_store.get_thread(db, scope, thread_id)
     return _frames(db, coord, scope, thread_id, after_seq, deltas, keepalive)
 
 
 async def open_feed(
-    db: Database, coord: Coordinator, scope: Scope, thread_id: UUID,
+    db: Database, coord: Coordinator, scope: Scope, thread_id: UUID, *, recheck: float,
 ) -> tuple[int, AsyncGenerator[dict[str, Any] | None, None]]:
-    """A thread's frames from now on: (the seq committed before it, its live iterator) —
-    what a process shares among all the readers of one thread (the socket gateway). Raises
-    NotFound for another org's thread."""
+    """A thread's frames from now on: (the seq committed before it, its live iterator, which
+    re-reads the database after `recheck` quiet seconds) — what a process shares among all
+    the readers of one thread (the socket gateway). Raises NotFound for another org's
+    thread."""
     thread = await thread_store.get_thread(db, scope, thread_id)
-    return thread.last_seq, _frames(db, coord, scope, thread_id, thread.last_seq, True, None)
+    return thread.last_seq, _frames(db, coord, scope, thread_id, thread.last_seq, True,
+                                    recheck)
+
+
+def resume_feed(
+    db: Database, coord: Coordinator, scope: Scope, thread_id: UUID, *, after_seq: int,
+    recheck: float,
+) -> AsyncGenerator[dict[str, Any] | None, None]:
+    """A feed's frames again after it failed, from the last seq it sent."""
+    return _frames(db, coord, scope, thread_id, after_seq, True, recheck)
 
 
 async def read_frames(
@@ -106,6 +117,10 @@ async def _frames(
             yield frame
         async for item in _merged(notices, tokens, keepalive):
             if item is None:
+                # Quiet for `keepalive` s: a notice may have been lost (pub/sub is at most
+                # once), so the database is asked too.
+                for frame in await reader.catch_up():
+                    yield frame
                 yield None
                 continue
             channel, message = item

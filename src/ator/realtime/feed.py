@@ -32,7 +32,7 @@ import engineio  # type: ignore[import-untyped]
 import socketio  # type: ignore[import-untyped]
 
 from ator.engine.runtime import Ator
-from ator.engine.stream import FRAME_VERSION, open_feed, read_frames
+from ator.engine.stream import FRAME_VERSION, open_feed, read_frames, resume_feed
 from ator.errors import AtorError, CoordinationError
 from ator.obs.logging import get_logger
 from ator.store.scope import Scope
@@ -43,6 +43,8 @@ log = get_logger("ator.realtime.feed")
 
 VOLATILE_BACKLOG = 16  # queued packets past which a socket's token deltas are dropped
 _PAGE = 200
+_RECHECK = 5.0  # quiet seconds after which a feed re-reads the database (lost notices)
+_RETRY = (0.2, 5.0)  # first and longest pause before a failed feed resumes
 
 
 class Follow:
@@ -57,8 +59,8 @@ class Follow:
 
 
 class Feed:
-    def __init__(self, thread_id: UUID, seq: int) -> None:
-        self.thread_id = thread_id
+    def __init__(self, scope: Scope, thread_id: UUID, seq: int) -> None:
+        self.scope, self.thread_id = scope, thread_id
         self.seq = seq  # the last persisted seq broadcast (or committed before the feed)
         self.members: dict[str, Follow] = {}
         self.followers: dict[str, Follow] = {}  # members and those catching up
@@ -119,27 +121,38 @@ class Feeds:
             feed = self._feeds.get(thread_id)
             if feed is None:
                 ator = self._ator()
-                seq, frames = await open_feed(ator.db, ator.coord, scope, thread_id)
-                feed = self._feeds[thread_id] = Feed(thread_id, seq)
+                seq, frames = await open_feed(ator.db, ator.coord, scope, thread_id,
+                                              recheck=_RECHECK)
+                feed = self._feeds[thread_id] = Feed(Scope(scope.org_id), thread_id, seq)
                 feed.task = asyncio.get_running_loop().create_task(self._run(feed, frames))
         return feed
 
     async def _run(self, feed: Feed, frames: AsyncGenerator[dict[str, Any] | None, None]
                    ) -> None:
-        try:
-            async for frame in frames:
-                if frame is None:
-                    continue
-                if frame["seq"] is not None:
-                    feed.seq = frame["seq"]
-                self._broadcast(feed, frame)
-        except CoordinationError as exc:
-            log.warning("a thread feed lost the coordinator", exc_info=True)
-            self._broadcast(feed, _error(feed.thread_id, exc))
-            for follow in list(feed.followers.values()):
-                self._spawn_unfollow(follow)
-        finally:
-            await frames.aclose()
+        """Broadcast the thread's frames for as long as anyone follows it. A failure (the
+        coordinator or the database) does not end the feed: it resumes from the last seq
+        it sent, so its sockets miss nothing but the deltas of the gap."""
+        pause = _RETRY[0]
+        while True:
+            try:
+                async for frame in frames:
+                    pause = _RETRY[0]
+                    if frame is None:
+                        continue
+                    if frame["seq"] is not None:
+                        feed.seq = frame["seq"]
+                    self._broadcast(feed, frame)
+                return
+            except (AtorError, OSError, TimeoutError):
+                log.warning("a thread feed failed; resuming from seq %d", feed.seq,
+                            exc_info=True)
+            finally:
+                await frames.aclose()
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RETRY[1])
+            ator = self._ator()
+            frames = resume_feed(ator.db, ator.coord, feed.scope, feed.thread_id,
+                                 after_seq=feed.seq, recheck=_RECHECK)
 
     def _broadcast(self, feed: Feed, frame: dict[str, Any]) -> None:
         """Encode once, queue to every live member (no await: see the module)."""
@@ -181,10 +194,13 @@ class Feeds:
             # Caught up: from here the feed sends the rest (no await since the check).
             follow.catching_up = None
             feed.members[follow.sid] = follow
-        except AtorError as exc:
+        except (AtorError, OSError, TimeoutError) as exc:
+            log.warning("a socket's catch-up failed", exc_info=True)
+            problem = exc if isinstance(exc, AtorError) else CoordinationError(
+                "the thread could not be read; join again")
             queue = self._queue(follow)
             if queue is not None:
-                queue.put_nowait(self._packet(_error(follow.thread_id, exc)))
+                queue.put_nowait(self._packet(_error(follow.thread_id, problem)))
             self._spawn_unfollow(follow)
 
     async def _drained(self, follow: Follow) -> asyncio.Queue[Any] | None:
