@@ -145,6 +145,7 @@ class Receiver:
                       for t in d.get("text", "").split()]
             if stamps:
                 self.stats["last"].append((now - max(stamps)) * 1000)
+                self.stats["raw"].append((now, self.stats["last"][-1]))
                 self.stats["first"].append((now - min(stamps)) * 1000)
                 self.stats["tokens"] += len(stamps)
         elif frame["type"] == "turn_ended":
@@ -170,6 +171,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         str(args.sockets), "ATOR_RATE_LIMIT_PER_MINUTE": "0", "ATOR_LOG_LEVEL": "WARNING",
         "ATOR_DB_POOL_SIZE": "10",
     })
+    if args.server_gc:
+        env["BENCH_SERVER_GC_THRESHOLD"] = args.server_gc
     if args.replicas > 1:
         env["ATOR_REDIS_URL"] = args.redis
         env["ATOR_REDIS_PREFIX"] = f"ator-bench-{uuid.uuid4().hex[:8]}:"
@@ -210,7 +213,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         raise RuntimeError("replica not ready in 60 s")
                     await asyncio.sleep(0.2)
         rss_before = [_rss_kib(p.pid) for p in procs]
-        stats: dict[str, Any] = {"last": [], "first": [], "tokens": 0, "ended": 0, "disconnects": 0,
+        stats: dict[str, Any] = {"last": [], "first": [], "tokens": 0, "ended": 0,
+                                 "disconnects": 0, "raw": [],
                                  "ended_by_thread": collections.Counter(),
                                  "want_ended": args.sockets, "done": asyncio.Event()}
         t0 = time.monotonic()
@@ -257,7 +261,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         stream_s = time.monotonic() - t1
         if os.environ.get("BENCH_RAW"):
             Path(os.environ["BENCH_RAW"]).write_text(  # noqa: ASYNC240 (after the run)
-                json.dumps(stats.get("raw", [])))
+                json.dumps(stats["raw"]))
         cpu_server = [_cpu_s(p.pid) - c for p, c in zip(procs, cpu_server, strict=True)]
         cpu_clients = time.process_time() - cpu_clients
         per_conn = [(a - b) / max(1, args.sockets // args.replicas)
@@ -265,7 +269,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "replicas": args.replicas, "sockets": args.sockets, "turns": args.turns,
             "tokens_per_turn": args.tokens, "token_interval_s": args.interval,
-            "turn_starts_spread_s": args.stagger,
+            "turn_starts_spread_s": args.stagger, "server_gc": args.server_gc or "default",
             "delta_frames_received": len(stats["last"]),
             "sockets_that_saw_turn_ended": stats["ended"],
             "disconnects_during_run": stats["disconnects"],
@@ -308,6 +312,9 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.05)
     parser.add_argument("--stagger", type=float, default=1.0,
                         help="seconds over which the turns' first messages are spread")
+    parser.add_argument("--server-gc", default="",
+                        help='Python GC thresholds for the servers, e.g. "100000,50,1000" '
+                             "(with gc.freeze() after startup); default: Python's")
     parser.add_argument("--replicas", type=int, default=1, choices=(1, 2))
     parser.add_argument("--redis", default=os.environ.get("ATOR_TEST_REDIS_URL",
                                                           "redis://127.0.0.1:6379/15"))
@@ -315,7 +322,7 @@ def main() -> int:
     result = asyncio.run(run(args))
     print(json.dumps(result, indent=2))
     RESULTS.parent.mkdir(exist_ok=True)
-    key = f"replicas_{args.replicas}"
+    key = f"replicas_{args.replicas}" + (f"_gc_{args.server_gc}" if args.server_gc else "")
     saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     saved[key] = result
     RESULTS.write_text(json.dumps(saved, indent=2) + "\n")
