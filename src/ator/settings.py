@@ -146,6 +146,16 @@ class Settings(BaseSettings):
     # Concurrent long-polls (GET …/events?wait=) per user and per org, counted per process.
     max_waits_per_user: int = Field(default=20, ge=1)
     max_waits_per_org: int = Field(default=200, ge=1)
+    # Socket gateway (per replica): connections per user and org, threads one socket may
+    # follow at once, and persisted frames queued to one socket before it is made to wait
+    # (a socket that does not drain within socket_slow_timeout seconds is disconnected and
+    # resumes from the database with after_seq).
+    max_sockets_per_user: int = Field(default=20, ge=1)
+    max_sockets_per_org: int = Field(default=2000, ge=1)
+    max_socket_rooms: int = Field(default=32, ge=1)
+    socket_outbox: int = Field(default=256, ge=8)
+    socket_slow_timeout: float = Field(default=10.0, gt=0)
+    socket_recheck_interval: float = Field(default=30.0, gt=0)  # revoked keys lose sockets
     # /metrics answers only with this bearer token; unset, /metrics is 404.
     metrics_token: SecretStr | None = None
     # With no API key in the database yet, serve creates an operator admin key: this one if

@@ -14,11 +14,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import ator
-from ator.api import mcp_servers, ops, orgs, setups, threads
+from ator.api import mcp_servers, ops, orgs, setups, stream, threads
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.runtime import Ator
 from ator.providers.base import Provider
+from ator.realtime import Gateway, SocketRoute
 from ator.settings import Settings
 
 __all__ = ["announce_bootstrap", "create_app"]
@@ -43,10 +44,12 @@ def create_app(
         owned = runtime is None
         rt = runtime or await Ator.open(settings, providers=providers)
         app.state.ator = rt
+        gateway.attach(rt)
         try:
             announce_bootstrap(await rt.access.bootstrap())
             yield
         finally:
+            await gateway.close()
             if owned:
                 await rt.close()
 
@@ -58,8 +61,13 @@ def create_app(
     )
     app.state.wait_slots = WaitSlots(per_user=settings.max_waits_per_user,
                                      per_org=settings.max_waits_per_org)
+    # The socket gateway (ator.realtime) shares the app: /socket.io/ goes to it. With no
+    # lifespan (tests), whoever sets app.state.ator attaches and closes app.state.gateway.
+    gateway = Gateway(redis_url=settings.redis_url, channel=f"{settings.redis_prefix}socketio")
+    app.state.gateway = gateway
+    app.add_middleware(SocketRoute, gateway=gateway)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_problem_handlers(app)
-    for module in (ops, orgs, setups, threads, mcp_servers):
+    for module in (ops, orgs, setups, threads, stream, mcp_servers):
         app.include_router(module.router)
     return app

@@ -6,13 +6,17 @@ then emit). Token deltas are the one ephemeral exception: coalesced per turn for
 of milliseconds and published on the thread's delta channel, so a listener on any replica
 (the CLI, a socket) sees them live; a delta lost on the way is not recovered, the persisted
 reply is the truth.
+
+`watch(fn)` lets a transport on this replica see each announced batch (the socket gateway
+pushes turn started/ended to org rooms from it); a watcher runs synchronously and must only
+schedule work, and its failure is logged, never the turn's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -23,7 +27,9 @@ from ator.providers.base import StreamEvent, TextDelta, ThinkingDelta
 from ator.store.records import Event
 from ator.store.scope import Scope
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "Watcher"]
+
+Watcher = Callable[[Scope, UUID, Sequence[Event]], None]
 
 log = get_logger("ator.engine.publish")
 _COALESCE = 0.03  # seconds of deltas per published frame batch
@@ -34,6 +40,12 @@ class Publisher:
         self.coord = coord
         self._pending: dict[UUID, list[dict[str, Any]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._watchers: list[Watcher] = []
+
+    def watch(self, fn: Watcher) -> Callable[[], None]:
+        """Call `fn(scope, thread_id, events)` after each announcement; returns unwatch."""
+        self._watchers.append(fn)
+        return lambda: self._watchers.remove(fn)
 
     async def events(self, scope: Scope, thread_id: UUID, events: Sequence[Event]) -> None:
         """Announce committed events (call only after their commit). Deltas still queued for
@@ -42,6 +54,11 @@ class Publisher:
         if events:
             await self.coord.publish(thread_channel(thread_id),
                                      notice(scope.org_id, thread_id, events))
+            for fn in list(self._watchers):
+                try:
+                    fn(scope, thread_id, events)
+                except Exception:  # a transport's bug must not fail the turn that published
+                    log.exception("a publish watcher failed")
 
     def delta(self, thread_id: UUID, turn_id: UUID, event: StreamEvent) -> None:
         """Queue one streamed event; flushed as one batch per thread every few ms."""

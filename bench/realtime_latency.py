@@ -1,0 +1,336 @@
+"""Token delta delivery over the socket gateway with many sockets (bench entry point; imports
+ator for provisioning, python-socketio's client, and realtime_server next to it).
+
+    ATOR_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
+        .venv/bin/python bench/realtime_latency.py [--sockets 1000] [--turns 50]
+        [--tokens 40] [--interval 0.05] [--stagger 1.0] [--replicas 1|2]
+        [--redis redis://127.0.0.1:6379/15]
+
+Starts `--replicas` real server processes (bench/realtime_server.py, on Redis when 2) on a
+fresh database, connects `--sockets` socket.io clients (WebSocket) spread over the replicas,
+each joined to one of `--turns` threads, then starts one turn per thread whose model streams
+`--tokens` tokens `--interval` s apart, each token carrying the time it was produced; the
+turns' first messages are spread over `--stagger` seconds (0: all at once).
+
+Reported, per received delta frame: latency = receipt at the client - production time of the
+frame's LAST token (an upper bound of publish -> receipt: the publisher flushes a batch at
+most 30 ms after its first token and never before its last), and the same from the FIRST
+token (what a reader sees end to end, coalescing included); server memory per connection
+(RSS growth over the sockets). The clients share this one process, so their own work is
+inside the figures. Goal: p99 < 100 ms on one replica. Exits 1 when missed (one replica).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import collections
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import httpx
+from realtime_server import Tick
+
+from ator import Ator, Scope, Settings
+from ator.store import keys as key_store
+from ator.store import orgs as org_store
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results" / "realtime_latency.json"
+GOAL_P99_MS = 100.0
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _launch(port: int, args: argparse.Namespace, env: dict[str, str], log: Path
+            ) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, str(HERE / "realtime_server.py"), str(port), str(args.tokens),
+             str(args.interval)], env=env, stdout=out, stderr=out)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+class Receiver:
+    """A lean socket.io client (Engine.IO 4 over one WebSocket, the frames parsed by hand):
+    a load generator must cost less than what it measures, and python-socketio's client
+    makes a task per event."""
+
+    def __init__(self, stats: dict[str, Any]) -> None:
+        self.stats = stats
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.reader: asyncio.Task[None] | None = None
+        self._acks: dict[int, asyncio.Future[Any]] = {}
+        self._next = 0
+
+    async def connect(self, http: aiohttp.ClientSession, base: str, key: str) -> None:
+        url = base.replace("http://", "ws://") + "/socket.io/?EIO=4&transport=websocket"
+        self.ws = await http.ws_connect(url, autoping=True, max_msg_size=0)
+        opened = await self.ws.receive_str()
+        assert opened.startswith("0"), opened
+        await self.ws.send_str("40" + json.dumps({"key": key}))
+        answer = await self.ws.receive_str()
+        if not answer.startswith("40"):
+            raise RuntimeError(f"connect refused: {answer}")
+        self.reader = asyncio.create_task(self._read())
+
+    async def call(self, event: str, payload: dict[str, Any]) -> Any:
+        assert self.ws is not None
+        self._next += 1
+        ack = self._acks[self._next] = asyncio.get_running_loop().create_future()
+        await self.ws.send_str(f"42{self._next}" + json.dumps([event, payload]))
+        async with asyncio.timeout(30):
+            return await ack
+
+    async def close(self) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+        if self.ws is not None:
+            await self.ws.close()
+
+    async def _read(self) -> None:
+        assert self.ws is not None
+        async for msg in self.ws:
+            data = msg.data
+            if data == "2":
+                await self.ws.send_str("3")
+            elif data.startswith('42["frame",'):
+                self.frame(time.time(), json.loads(data[11:-1]))
+            elif data.startswith("43"):
+                head = data[2:data.index("[")]
+                fut = self._acks.pop(int(head), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(json.loads(data[2 + len(head):])[0])
+        self.stats["disconnects"] += 1
+
+    def frame(self, now: float, frame: dict[str, Any]) -> None:
+        if frame["type"] == "delta":
+            stamps = [float(t) for d in frame["data"]["deltas"]
+                      for t in d.get("text", "").split()]
+            if stamps:
+                self.stats["last"].append((now - max(stamps)) * 1000)
+                self.stats["raw"].append((now, self.stats["last"][-1]))
+                self.stats["first"].append((now - min(stamps)) * 1000)
+                self.stats["tokens"] += len(stamps)
+        elif frame["type"] == "turn_ended":
+            self.stats["ended"] += 1
+            self.stats["ended_by_thread"][frame["data"]["thread_id"]] += 1
+            if self.stats["ended"] >= self.stats["want_ended"]:
+                self.stats["done"].set()
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    admin = os.environ.get("ATOR_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    name = f"ator_bench_rt_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(admin)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    db_url = admin.rsplit("/", 1)[0] + f"/{name}"
+    data_dir = Path(tempfile.mkdtemp(prefix="ator-bench-rt-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATOR_")}
+    env.update({
+        "ATOR_DATABASE_URL": db_url, "ATOR_DATA_DIR": str(data_dir),
+        "ATOR_MASTER_KEY": base64.b64encode(secrets.token_bytes(32)).decode(),
+        "ATOR_MAX_SOCKETS_PER_USER": str(args.sockets), "ATOR_MAX_SOCKETS_PER_ORG":
+        str(args.sockets), "ATOR_RATE_LIMIT_PER_MINUTE": "0", "ATOR_LOG_LEVEL": "WARNING",
+        "ATOR_DB_POOL_SIZE": "10",
+    })
+    if args.server_gc:
+        env["BENCH_SERVER_GC_THRESHOLD"] = args.server_gc
+    if args.replicas > 1:
+        env["ATOR_REDIS_URL"] = args.redis
+        env["ATOR_REDIS_PREFIX"] = f"ator-bench-{uuid.uuid4().hex[:8]}:"
+    settings = Settings(database_url=db_url, data_dir=data_dir,
+                        master_key=env["ATOR_MASTER_KEY"])
+    procs: list[subprocess.Popen[bytes]] = []
+    clients: list[Receiver] = []
+    http: aiohttp.ClientSession | None = None
+    try:
+        async with await Ator.open(settings, providers={"tick": Tick(1, 0)},
+                                   engine=False) as ator:
+            org = await ator.create_org("bench")
+            scope = Scope(org.id)
+            setup = await ator.create_setup(scope, name="tick", provider="tick", model="tick")
+            threads = [(await ator.create_thread(scope, setup.id)).id
+                       for _ in range(args.turns)]
+            user = await org_store.create_user(ator.db, scope, "bench@x", "member")
+            _, key = await key_store.create_key(ator.db, scope, user_id=user, name="b",
+                                                role="member")
+        urls = []
+        for i in range(args.replicas):
+            port = _port()
+            procs.append(_launch(port, args, {**env, "ATOR_OWNER_ID": f"bench-{i}"},
+                                 data_dir / f"replica{i}.log"))
+            urls.append(f"http://127.0.0.1:{port}")
+        async with httpx.AsyncClient() as http:
+            for url, proc in zip(urls, procs, strict=True):
+                deadline = time.monotonic() + 60
+                while True:  # process start: nothing to wait on but the port
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"replica exited; see {data_dir}")
+                    try:
+                        if (await http.get(f"{url}/readyz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("replica not ready in 60 s")
+                    await asyncio.sleep(0.2)
+        rss_before = [_rss_kib(p.pid) for p in procs]
+        stats: dict[str, Any] = {"last": [], "first": [], "tokens": 0, "ended": 0,
+                                 "disconnects": 0, "raw": [],
+                                 "ended_by_thread": collections.Counter(),
+                                 "want_ended": args.sockets, "done": asyncio.Event()}
+        t0 = time.monotonic()
+        http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        for start in range(0, args.sockets, 50):
+            batch = [Receiver(stats) for _ in range(start, min(args.sockets, start + 50))]
+            await asyncio.gather(*(
+                c.connect(http, urls[(start + j) % len(urls)], key)
+                for j, c in enumerate(batch)))
+            acks = await asyncio.gather(*(
+                c.call("join", {"thread_id": str(threads[(start + j) % len(threads)])})
+                for j, c in enumerate(batch)))
+            assert all(a["ok"] for a in acks), acks
+            clients.extend(batch)
+        connect_s = time.monotonic() - t0
+        rss_after = [_rss_kib(p.pid) for p in procs]
+        t1 = time.monotonic()
+        cpu_server, cpu_clients = [_cpu_s(p.pid) for p in procs], time.process_time()
+        async def start(i: int, thread_id: uuid.UUID) -> dict[str, Any]:
+            await asyncio.sleep(args.stagger * i / len(threads))  # turns start spread out
+            ack: dict[str, Any] = await clients[i].call(
+                "send", {"thread_id": str(thread_id), "text": "go"})
+            return ack
+
+        acks = await asyncio.gather(*(start(i, t) for i, t in enumerate(threads)))
+        assert all(a["ok"] for a in acks), acks
+        try:
+            await asyncio.wait_for(stats["done"].wait(),
+                                   timeout=args.tokens * args.interval + args.stagger + 60)
+        except TimeoutError:
+            print(f"not every socket saw its turn end: {stats['ended']} of {args.sockets}",
+                  file=sys.stderr)
+            conn = await asyncpg.connect(db_url)
+            for t in threads:
+                if stats["ended_by_thread"][str(t)] < args.sockets // args.turns:
+                    rows = await conn.fetch("SELECT seq, kind, data FROM events WHERE thread_id"
+                                            " = $1 ORDER BY seq DESC LIMIT 3", t)
+                    turns = await conn.fetch("SELECT status, stop_reason, owner FROM turns"
+                                             " WHERE thread_id = $1", t)
+                    print("  thread", t, stats["ended_by_thread"][str(t)],
+                          [(r["seq"], r["kind"]) for r in rows],
+                          [dict(r) for r in turns], file=sys.stderr)
+            await conn.close()
+        stream_s = time.monotonic() - t1
+        if os.environ.get("BENCH_RAW"):
+            Path(os.environ["BENCH_RAW"]).write_text(  # noqa: ASYNC240 (after the run)
+                json.dumps(stats["raw"]))
+        cpu_server = [_cpu_s(p.pid) - c for p, c in zip(procs, cpu_server, strict=True)]
+        cpu_clients = time.process_time() - cpu_clients
+        per_conn = [(a - b) / max(1, args.sockets // args.replicas)
+                    for a, b in zip(rss_after, rss_before, strict=True)]
+        return {
+            "replicas": args.replicas, "sockets": args.sockets, "turns": args.turns,
+            "tokens_per_turn": args.tokens, "token_interval_s": args.interval,
+            "turn_starts_spread_s": args.stagger, "server_gc": args.server_gc or "default",
+            "delta_frames_received": len(stats["last"]),
+            "sockets_that_saw_turn_ended": stats["ended"],
+            "disconnects_during_run": stats["disconnects"],
+            "tokens_received": stats["tokens"],
+            "tokens_expected": args.sockets * args.tokens,
+            "latency_ms_last_token": {"p50": round(_pct(stats["last"], 50), 1),
+                                      "p99": round(_pct(stats["last"], 99), 1),
+                                      "max": round(max(stats["last"]), 1),
+                                      "mean": round(statistics.fmean(stats["last"]), 1)},
+            "latency_ms_first_token": {"p50": round(_pct(stats["first"], 50), 1),
+                                       "p99": round(_pct(stats["first"], 99), 1)},
+            "server_rss_kib_per_connection": [round(x, 1) for x in per_conn],
+            "server_rss_mib_after": [round(x / 1024, 1) for x in rss_after],
+            "connect_and_join_s": round(connect_s, 1), "stream_s": round(stream_s, 1),
+            "cpu_share_while_streaming": {
+                "servers": [round(c / stream_s, 2) for c in cpu_server],
+                "clients": round(cpu_clients / stream_s, 2)},
+        }
+    finally:
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        if http is not None:
+            await http.close()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        conn = await asyncpg.connect(admin)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sockets", type=int, default=1000)
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--tokens", type=int, default=40)
+    parser.add_argument("--interval", type=float, default=0.05)
+    parser.add_argument("--stagger", type=float, default=1.0,
+                        help="seconds over which the turns' first messages are spread")
+    parser.add_argument("--server-gc", default="",
+                        help='Python GC thresholds for the servers, e.g. "100000,50,1000" '
+                             "(with gc.freeze() after startup); default: Python's")
+    parser.add_argument("--replicas", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--redis", default=os.environ.get("ATOR_TEST_REDIS_URL",
+                                                          "redis://127.0.0.1:6379/15"))
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    print(json.dumps(result, indent=2))
+    RESULTS.parent.mkdir(exist_ok=True)
+    key = f"replicas_{args.replicas}" + (f"_gc_{args.server_gc}" if args.server_gc else "")
+    saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    saved[key] = result
+    RESULTS.write_text(json.dumps(saved, indent=2) + "\n")
+    if args.replicas == 1 and result["latency_ms_last_token"]["p99"] >= GOAL_P99_MS:
+        print(f"MISSED: p99 {result['latency_ms_last_token']['p99']} ms >= {GOAL_P99_MS} ms")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

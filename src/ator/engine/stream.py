@@ -1,0 +1,196 @@
+"""A thread's frames from a cursor on: what it missed from the database, then live (layer:
+engine; imports coord, store.events, store.threads, engine.wire).
+
+The SSE endpoint and the socket gateway both read a thread through `thread_frames`, so both
+see the same frames with the same guarantee: every persisted event after the cursor exactly
+once and in `seq` order, with token deltas interleaved while live. A frame is
+
+    {"v": 1, "seq": int | None, "type": str, "data": {...}}
+
+where a persisted event has its `seq`, `type` = its kind and `data` = its event frame (the
+one wire format of engine.wire, plus `thread_id`); a batch of token deltas has `seq` None,
+`type` "delta" and `data` = `{"thread_id", "deltas": [delta frame, ...]}` (volatile: a
+reader may drop it, the persisted reply is the truth).
+
+How there is no gap and no duplicate at the seam: both channels are subscribed BEFORE the
+database is read (a commit in between is in the read or in the inbox, maybe both); each
+persisted event is yielded only when its seq is the cursor + 1 (seqs are dense per thread);
+a notice that starts past that, or an inbox that dropped notices, sends the reader back to
+the database from its cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Any
+from uuid import UUID
+
+from ator.coord.base import Coordinator
+from ator.coord.fanout import Waiter
+from ator.engine.wire import delta_channel, event_frame, thread_channel
+from ator.store import events as event_store
+from ator.store import threads as thread_store
+from ator.store.database import Database
+from ator.store.scope import Scope
+
+__all__ = ["FRAME_VERSION", "delta_envelope", "event_envelope", "open_feed", "read_frames",
+           "resume_feed", "thread_frames"]
+
+FRAME_VERSION = 1
+_PAGE = 500
+_INBOX = 64  # notices a reader may fall behind by before it re-reads the database
+
+
+def event_envelope(thread_id: UUID | str, frame: dict[str, Any]) -> dict[str, Any]:
+    """The frame of one persisted event (`frame` as made by engine.wire.event_frame)."""
+    return {"v": FRAME_VERSION, "seq": frame["seq"], "type": frame["kind"],
+            "data": {**frame, "thread_id": str(thread_id)}}
+
+
+def delta_envelope(thread_id: UUID | str, deltas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {"v": FRAME_VERSION, "seq": None, "type": "delta",
+            "data": {"thread_id": str(thread_id), "deltas": list(deltas)}}
+
+
+async def thread_frames(
+    db: Database, coord: Coordinator, scope: Scope, thread_id: UUID, *, after_seq: int = 0,
+    deltas: bool = True, keepalive: float | None = None,
+) -> AsyncGenerator[dict[str, Any] | None, None]:
+    """Frames of `thread_id` after `after_seq`, replayed then live, until the caller stops.
+
+    Checks ownership first, so awaiting this raises NotFound for another org's thread before
+    anything is streamed. After `keepalive` idle seconds the iterator re-reads the database
+    (a lost notice costs at most that long) and yields None (a caller's cue to send a
+    heartbeat); it raises CoordinationError when the coordinator's shared connection is
+    lost."""
+    await thread_store.get_thread(db, scope, thread_id)
+    return _frames(db, coord, scope, thread_id, after_seq, deltas, keepalive)
+
+
+async def open_feed(
+    db: Database, coord: Coordinator, scope: Scope, thread_id: UUID, *, recheck: float,
+) -> tuple[int, AsyncGenerator[dict[str, Any] | None, None]]:
+    """A thread's frames from now on: (the seq committed before it, its live iterator, which
+    re-reads the database after `recheck` quiet seconds) — what a process shares among all
+    the readers of one thread (the socket gateway). Raises NotFound for another org's
+    thread."""
+    thread = await thread_store.get_thread(db, scope, thread_id)
+    return thread.last_seq, _frames(db, coord, scope, thread_id, thread.last_seq, True,
+                                    recheck)
+
+
+def resume_feed(
+    db: Database, coord: Coordinator, scope: Scope, thread_id: UUID, *, after_seq: int,
+    recheck: float,
+) -> AsyncGenerator[dict[str, Any] | None, None]:
+    """A feed's frames again after it failed, from the last seq it sent."""
+    return _frames(db, coord, scope, thread_id, after_seq, True, recheck)
+
+
+async def read_frames(
+    db: Database, scope: Scope, thread_id: UUID, *, after_seq: int, limit: int = _PAGE,
+    check: bool = False,
+) -> list[dict[str, Any]]:
+    """Frames of the events after `after_seq` from the database (the first `limit`). With
+    `check`, raises NotFound for another org's thread first."""
+    if check:
+        await thread_store.get_thread(db, scope, thread_id)
+    page = await event_store.read_events(db, scope, thread_id, after_seq=after_seq,
+                                         limit=limit)
+    return [event_envelope(thread_id, event_frame(e)) for e in page]
+
+
+async def _frames(
+    db: Database, coord: Coordinator, scope: Scope, thread_id: UUID, after_seq: int,
+    deltas: bool, keepalive: float | None,
+) -> AsyncGenerator[dict[str, Any] | None, None]:
+    reader = _Reader(db, scope, thread_id, after_seq)
+    async with contextlib.AsyncExitStack() as stack:
+        notices = await stack.enter_async_context(
+            coord.hub.subscribe(thread_channel(thread_id), inbox=_INBOX))
+        tokens = (await stack.enter_async_context(
+            coord.hub.subscribe(delta_channel(thread_id), inbox=_INBOX)) if deltas else None)
+        for frame in await reader.catch_up():
+            yield frame
+        async for item in _merged(notices, tokens, keepalive):
+            if item is None:
+                # Quiet for `keepalive` s: a notice may have been lost (pub/sub is at most
+                # once), so the database is asked too.
+                for frame in await reader.catch_up():
+                    yield frame
+                yield None
+                continue
+            channel, message = item
+            if channel == "deltas":
+                yield delta_envelope(thread_id, json.loads(message))
+                continue
+            for frame in await reader.notice(json.loads(message), notices.dropped):
+                yield frame
+
+
+class _Reader:
+    """The cursor of one reader, and the database reads that move it."""
+
+    def __init__(self, db: Database, scope: Scope, thread_id: UUID, after_seq: int) -> None:
+        self.db, self.scope, self.thread_id = db, scope, thread_id
+        self.seq = after_seq
+        self._dropped = 0
+
+    async def catch_up(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while True:
+            page = await event_store.read_events(self.db, self.scope, self.thread_id,
+                                                 after_seq=self.seq, limit=_PAGE)
+            out.extend(self._take(event_frame(e) for e in page))
+            if len(page) < _PAGE:
+                return out
+
+    async def notice(self, notice: dict[str, Any], dropped: int) -> list[dict[str, Any]]:
+        frames = [f for f in notice.get("events", []) if int(f["seq"]) > self.seq]
+        if dropped != self._dropped or (frames and int(frames[0]["seq"]) != self.seq + 1):
+            self._dropped = dropped  # notices were lost, or one came past a gap
+            return await self.catch_up()
+        return self._take(frames)
+
+    def _take(self, frames: Any) -> list[dict[str, Any]]:
+        out = []
+        for frame in frames:
+            if int(frame["seq"]) == self.seq + 1:
+                self.seq += 1
+                out.append(event_envelope(self.thread_id, frame))
+        return out
+
+
+async def _merged(notices: Waiter, tokens: Waiter | None, keepalive: float | None
+                  ) -> AsyncIterator[tuple[str, str] | None]:
+    """Messages of both waiters as ("notices" | "deltas", message); None when idle for
+    `keepalive` seconds. When both have one ready, deltas go first: the publisher sends a
+    step's deltas before announcing its record."""
+    pending: dict[asyncio.Task[str | None], str] = {}
+
+    def arm(waiter: Waiter, name: str) -> None:
+        pending[asyncio.ensure_future(waiter.get())] = name
+
+    arm(notices, "notices")
+    if tokens is not None:
+        arm(tokens, "deltas")
+    try:
+        while True:
+            done, _ = await asyncio.wait(pending, timeout=keepalive,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                yield None
+                continue
+            for task in sorted(done, key=lambda t: pending[t] != "deltas"):
+                name = pending.pop(task)
+                message = task.result()  # raises CoordinationError when the hub is lost
+                arm(tokens if name == "deltas" and tokens is not None else notices, name)
+                if message is not None:
+                    yield name, message
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)

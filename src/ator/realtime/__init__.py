@@ -1,0 +1,8 @@
+"""Realtime transport: the socket.io gateway (layer: realtime, below api and cli, above
+engine; imports engine, store.keys, socketio)."""
+
+from __future__ import annotations
+
+from ator.realtime.gateway import Gateway, SocketRoute
+
+__all__ = ["Gateway", "SocketRoute"]

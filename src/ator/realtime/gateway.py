@@ -1,0 +1,336 @@
+"""The socket gateway: socket.io on ASGI in the API's app (layer: realtime; imports socketio,
+engine.runtime, engine.stream, store.keys, realtime.connection).
+
+Connect with an API key (`auth={"key": ...}` or `Authorization: Bearer`): refused with a
+problem code when it is missing, revoked or past the socket caps. The server puts the socket
+in `org:<org>` and `user:<user>`; a thread's room only through `join` after the ownership
+check. Every frame is the event `frame` with `{v, seq, type, data}` (engine.stream).
+
+Commands, each acknowledged with `{"ok": true, ...}` or `{"ok": false, "error": {"code",
+"status", "detail"}}`, the key re-checked and the API's per-user rate limit counted first:
+- `join {thread_id, after_seq}`: exactly the frames after `after_seq` from the database, then
+  live (no gap, no duplicate); joining again restarts from the new cursor.
+- `leave {thread_id}`; `send {thread_id, text, client_message_id}` (member);
+  `stop {thread_id}` (member).
+
+Token deltas are volatile: dropped for a socket whose transport lags. The org room gets
+`turn.started` / `turn.ended` (busy/idle, with usage and cost) from the replica running the
+turn; with `ATOR_REDIS_URL` the socket.io Redis manager carries them (and any room emit) to
+sockets on every replica, while a thread's frames are relayed by the replica holding the
+socket from the coordinator's channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+from uuid import UUID
+
+import socketio  # type: ignore[import-untyped]
+
+from ator.engine.runtime import Ator
+from ator.engine.stream import FRAME_VERSION
+from ator.errors import (
+    AtorError,
+    CoordinationError,
+    Forbidden,
+    RateLimited,
+    ValidationFailed,
+)
+from ator.obs.logging import get_logger
+from ator.realtime.connection import Connection, SocketCounts
+from ator.realtime.feed import Feeds
+from ator.realtime.managers import LocalManager, RedisManager
+from ator.store.records import Event, Principal
+from ator.store.scope import Scope
+
+__all__ = ["Gateway"]
+
+log = get_logger("ator.realtime")
+
+_ROLE = {"viewer": 0, "member": 1, "admin": 2}
+Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class Unauthenticated(AtorError):
+    kind = "auth"
+    code = "unauthenticated"
+    status = 401
+
+
+def org_frame(thread_id: UUID, event: Event) -> dict[str, Any] | None:
+    """The org room's frame for a turn starting or ending (None for other events)."""
+    data = event.data or {}
+    if event.kind == "turn_started":
+        return {"v": FRAME_VERSION, "seq": None, "type": "turn.started",
+                "data": {"thread_id": str(thread_id), "turn_id": data.get("turn_id"),
+                         "busy": True}}
+    if event.kind == "turn_ended":
+        return {"v": FRAME_VERSION, "seq": None, "type": "turn.ended",
+                "data": {"thread_id": str(thread_id), "turn_id": data.get("turn_id"),
+                         "busy": False, "status": data.get("status"),
+                         "stop_reason": data.get("stop_reason"), "steps": data.get("steps"),
+                         "usage": data.get("usage"), "cost_usd": data.get("cost_usd")}}
+    return None
+
+
+class Gateway:
+    """The socket.io server of one replica. `asgi` is its ASGI app (path /socket.io/);
+    `attach(ator)` once the runtime is open, `close()` before it closes."""
+
+    def __init__(self, *, redis_url: str | None = None, channel: str = "ator:socketio"
+                 ) -> None:
+        manager = (RedisManager(redis_url, channel=channel) if redis_url else LocalManager())
+        self.sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager,
+                                        cors_allowed_origins=[], logger=False,
+                                        engineio_logger=False)
+        self.asgi = socketio.ASGIApp(self.sio, socketio_path="socket.io")
+        self._ator: Ator | None = None
+        self._counts: SocketCounts | None = None
+        self._conns: dict[str, Connection] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._unwatch: Callable[[], None] | None = None
+        self.feeds: Feeds | None = None
+        self.sio.on("connect", self._connect)
+        self.sio.on("disconnect", self._disconnect)
+        commands: dict[str, Handler] = {"join": self._join, "leave": self._leave,
+                                        "send": self._send, "stop": self._stop}
+        for name, handler in commands.items():
+            self.sio.on(name, self._command(handler))
+
+    @property
+    def connections(self) -> int:
+        return len(self._conns)
+
+    def attach(self, ator: Ator) -> None:
+        """Serve with `ator`: socket caps from its settings, org pushes from its publisher,
+        and (on Redis) the manager's listener started now rather than at the first socket."""
+        self._ator = ator
+        s = ator.settings
+        self._counts = SocketCounts(per_user=s.max_sockets_per_user, per_org=s.max_sockets_per_org)
+        self._unwatch = ator.publisher.watch(self._on_events)
+        self.feeds = Feeds(self.sio, lambda: self.ator, outbox=s.socket_outbox,
+                           slow_timeout=s.socket_slow_timeout,
+                           disconnect=lambda sid: self._spawn(
+                               self.sio.disconnect(sid, ignore_queue=True)))
+        self._spawn(self._recheck_every(s.socket_recheck_interval))
+        if not self.sio.manager_initialized:
+            self.sio.manager_initialized = True
+            self.sio.manager.initialize()
+
+    async def close(self) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+        for sid in list(self._conns):
+            await self.sio.disconnect(sid, ignore_queue=True)
+            await self._drop(sid)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        listener = getattr(self.sio.manager, "thread", None)
+        if listener is not None:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+        redis = getattr(self.sio.manager, "redis", None)
+        if redis is not None:
+            await redis.aclose()
+        await self.sio.shutdown()
+
+    # Connect and disconnect -------------------------------------------------------------
+
+    @property
+    def ator(self) -> Ator:
+        if self._ator is None:
+            raise CoordinationError("the socket gateway is not attached to a runtime")
+        return self._ator
+
+    async def _connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> None:
+        key = _key_from(environ, auth)
+        try:
+            principal = await self._principal(key)
+            assert self._counts is not None
+            self._counts.take(principal)
+        except AtorError as exc:
+            raise socketio.exceptions.ConnectionRefusedError(exc.message, _problem(exc)) from exc
+        assert key is not None
+        conn = self._conns[sid] = Connection(sid, principal, key)
+        for room in conn.rooms:
+            await self.sio.enter_room(sid, room)
+
+    async def _disconnect(self, sid: str, *args: Any) -> None:
+        await self._drop(sid)
+
+    async def _drop(self, sid: str) -> None:
+        conn = self._conns.pop(sid, None)
+        if conn is not None:
+            for follow in list(conn.follows.values()):
+                await self._feeds().unfollow(follow)
+            conn.follows.clear()
+            assert self._counts is not None
+            self._counts.give_back(conn.principal)
+
+    async def _principal(self, key: str | None) -> Principal:
+        if not key:
+            raise Unauthenticated("an API key is required (auth={'key': ...})")
+        principal = await self.ator.access.authenticate(key)
+        if principal is None:
+            raise Unauthenticated("the API key is not valid or was revoked")
+        return principal
+
+    async def recheck(self) -> int:
+        """Disconnect every socket whose key was revoked since; returns how many."""
+        revoked = {key for key in {c.key for c in self._conns.values()}
+                   if await self.ator.access.authenticate(key) is None}
+        gone = [sid for sid, c in self._conns.items() if c.key in revoked]
+        for sid in gone:
+            await self.sio.disconnect(sid, ignore_queue=True)
+        return len(gone)
+
+    async def _recheck_every(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.recheck()
+            except AtorError:
+                log.warning("could not re-check socket keys", exc_info=True)
+
+    # Commands ---------------------------------------------------------------------------
+
+    def _command(self, handler: Handler) -> Callable[[str, Any], Awaitable[dict[str, Any]]]:
+        async def run(sid: str, payload: Any = None) -> dict[str, Any]:
+            conn = self._conns.get(sid)
+            if conn is None:
+                return {"ok": False, "error": _problem(Unauthenticated("not connected"))}
+            try:
+                if await self.ator.access.authenticate(conn.key) is None:
+                    self._spawn(self.sio.disconnect(sid, ignore_queue=True))
+                    raise Unauthenticated("the API key was revoked")
+                await self._count(conn.principal)
+                if not isinstance(payload, dict):
+                    raise ValidationFailed("a command takes an object", code="invalid_command")
+                return {"ok": True, **await handler(conn, payload)}
+            except AtorError as exc:
+                return {"ok": False, "error": _problem(exc)}
+        return run
+
+    async def _count(self, p: Principal) -> None:
+        """Commands share the HTTP API's per-(org, user) rate limit (on the coordinator)."""
+        limit = self.ator.settings.rate_limit_per_minute
+        if limit > 0:
+            window = 60.0
+            if await self.ator.coord.hit(f"rl:{p.org_id}:{p.user_id}", window) > limit:
+                raise RateLimited(f"more than {limit} requests this minute",
+                                  retry_after=window - (time.time() % window))
+
+    async def _join(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
+        thread_id = _thread_id(payload)
+        after_seq = payload.get("after_seq", 0)
+        if not isinstance(after_seq, int) or isinstance(after_seq, bool) or not (
+                0 <= after_seq <= 2**62):
+            raise ValidationFailed("after_seq must be a seq (an integer >= 0)",
+                                   code="invalid_cursor")
+        conn.check_room_limit(thread_id, self.ator.settings.max_socket_rooms)
+        old = conn.follows.pop(thread_id, None)
+        if old is not None:
+            await self._feeds().unfollow(old)
+        # NotFound for another org's thread, before anything is joined
+        conn.follows[thread_id] = await self._feeds().follow(conn.sid, conn.principal.scope,
+                                                             thread_id, after_seq)
+        room = f"thread:{thread_id}"
+        await self.sio.enter_room(conn.sid, room)
+        return {"thread_id": str(thread_id), "after_seq": after_seq, "room": room}
+
+    async def _leave(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
+        thread_id = _thread_id(payload)
+        follow = conn.follows.pop(thread_id, None)
+        if follow is not None:
+            await self._feeds().unfollow(follow)
+        await self.sio.leave_room(conn.sid, f"thread:{thread_id}")
+        return {"thread_id": str(thread_id), "left": follow is not None}
+
+    async def _send(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
+        _require(conn.principal, "member")
+        text, cmid = payload.get("text"), payload.get("client_message_id")
+        if not isinstance(text, str):
+            raise ValidationFailed("text must be a string", code="invalid_command")
+        if cmid is not None and (not isinstance(cmid, str) or not 1 <= len(cmid) <= 200):
+            raise ValidationFailed("client_message_id must be a string of 1-200 characters",
+                                   code="invalid_command")
+        item, created = await self.ator.submit(conn.principal.scope, _thread_id(payload), text,
+                                               client_message_id=cmid)
+        return {"item": {"id": str(item.id), "thread_id": str(item.thread_id),
+                         "client_message_id": item.client_message_id, "created": created}}
+
+    async def _stop(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
+        _require(conn.principal, "member")
+        running = await self.ator.stop(conn.principal.scope, _thread_id(payload))
+        return {"stop": "requested" if running else "idle", "running": running}
+
+    # Relays and pushes ------------------------------------------------------------------
+
+    def _feeds(self) -> Feeds:
+        if self.feeds is None:
+            raise CoordinationError("the socket gateway is not attached to a runtime")
+        return self.feeds
+
+    def _on_events(self, scope: Scope, thread_id: UUID, events: Sequence[Event]) -> None:
+        for event in events:
+            frame = org_frame(thread_id, event)
+            if frame is not None:
+                self._spawn(self.sio.emit("frame", frame, room=f"org:{scope.org_id}"))
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a socket push failed", exc_info=task.exception())
+
+
+def _key_from(environ: dict[str, Any], auth: Any) -> str | None:
+    if isinstance(auth, dict) and isinstance(auth.get("key"), str):
+        return str(auth["key"])
+    header = str(environ.get("HTTP_AUTHORIZATION", ""))
+    if header[:7].lower() == "bearer ":
+        return header[7:].strip()
+    return None
+
+
+def _thread_id(payload: dict[str, Any]) -> UUID:
+    try:
+        return UUID(str(payload.get("thread_id")))
+    except ValueError as exc:
+        raise ValidationFailed("thread_id must be a thread's id", code="invalid_command") \
+            from exc
+
+
+def _require(p: Principal, role: str) -> None:
+    if _ROLE[p.role] < _ROLE[role]:
+        raise Forbidden(f"this needs the {role} role; the key has {p.role}")
+
+
+def _problem(exc: AtorError) -> dict[str, Any]:
+    return {"code": exc.code, "status": exc.status, "detail": exc.message}
+
+
+class SocketRoute:
+    """ASGI middleware sending /socket.io/ (HTTP long-polling and WebSocket) to the gateway
+    and everything else to the app it wraps."""
+
+    def __init__(self, app: Any, gateway: Gateway) -> None:
+        self.app = app
+        self.gateway = gateway
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and scope["path"].startswith("/socket.io/"):
+            await self.gateway.asgi(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

@@ -1,0 +1,343 @@
+"""The socket gateway on a real server (uvicorn on loopback, python-socketio clients over
+WebSocket, real PostgreSQL): auth at connect, server-side rooms after an ownership check,
+`join` with after_seq replaying exactly what was missed then live, acknowledged commands with
+problem codes, token deltas, org-room pushes, limits, a socket that stops reading; and two
+replicas on Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import pytest
+import socketio  # type: ignore[import-untyped]
+
+from ator import Ator, Scope
+from ator.api.app import create_app
+from ator.store import keys as key_store
+from tests.conftest import REDIS_URL, new_thread
+from tests.realtime_util import Gated, append_notes, member_key, serve
+
+
+class Client:
+    """A socket.io client that keeps every frame it receives, and waits on them."""
+
+    def __init__(self) -> None:
+        self.sio = socketio.AsyncClient(reconnection=False)
+        self.frames: list[dict[str, Any]] = []
+        self._changed = asyncio.Event()
+        self.refused: Any = None  # the problem a refused connect was answered with
+        self.sio.on("frame", self._frame)
+        self.sio.on("connect_error", self._refused)
+        self.gone = asyncio.Event()
+        self.sio.on("disconnect", self._gone)
+
+    async def _gone(self, *reason: Any) -> None:
+        self.gone.set()
+
+    async def _refused(self, data: Any) -> None:
+        self.refused = data
+
+    async def _frame(self, frame: dict[str, Any]) -> None:
+        self.frames.append(frame)
+        self._changed.set()
+
+    async def connect(self, base: str, key: str | None) -> None:
+        await self.sio.connect(base, transports=["websocket"], wait_timeout=10,
+                               auth={"key": key} if key else None)
+
+    async def call(self, command: str, **payload: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.sio.call(command, payload, timeout=10)
+        return answer
+
+    async def until(self, test: Callable[[list[dict[str, Any]]], bool],
+                    timeout: float = 15.0) -> list[dict[str, Any]]:
+        async with asyncio.timeout(timeout):
+            while not test(self.frames):
+                self._changed.clear()
+                await self._changed.wait()
+        return self.frames
+
+    def persisted(self, thread_id: Any = None) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f["seq"] is not None
+                and (thread_id is None or f["data"]["thread_id"] == str(thread_id))]
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f["type"] == kind]
+
+
+@asynccontextmanager
+async def replica(make_ator: Any, gated: Gated, **overrides: Any
+                  ) -> AsyncIterator[tuple[str, Ator, Any]]:
+    async with make_ator(providers={"gated": gated}, rate_limit_per_minute=0,
+                         **overrides) as runtime:
+        app = create_app(runtime.settings, runtime=runtime)
+        app.state.ator = runtime
+        app.state.gateway.attach(runtime)
+        try:
+            async with serve(app) as base:
+                yield base, runtime, app.state.gateway
+        finally:
+            await app.state.gateway.close()
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[Callable[[], Client]]:
+    made: list[Client] = []
+
+    def make() -> Client:
+        made.append(Client())
+        return made[-1]
+
+    yield make
+    for c in made:
+        if c.sio.connected:
+            await c.sio.disconnect()
+
+
+@pytest.fixture
+async def one(make_ator: Any) -> AsyncIterator[tuple[str, Ator, Gated, Any]]:
+    gated = Gated(pieces=3)
+    async with replica(make_ator, gated, max_socket_rooms=2, max_sockets_per_user=2
+                       ) as (b, a, gw):
+        yield b, a, gated, gw
+
+
+async def test_a_key_is_required_and_checked_at_connect(one: Any, clients: Any) -> None:
+    base, _ator, _, _ = one
+    for key in (None, "ator_00000000_nope"):
+        client = clients()
+        with pytest.raises(socketio.exceptions.ConnectionError):
+            await client.connect(base, key)
+        assert client.refused["data"]["code"] == "unauthenticated", client.refused
+
+
+async def test_rejoin_after_500_missed_frames_gets_exactly_those_then_live(
+    one: Any, clients: Any
+) -> None:
+    base, ator, _, _ = one
+    scope, thread = await new_thread(ator, "gated")
+    key = await member_key(ator, scope, "viewer")
+    await append_notes(ator, scope, thread.id, [f"seen{i}" for i in range(20)])
+    client = clients()
+    await client.connect(base, key)
+    assert (await client.call("join", thread_id=str(thread.id)))["ok"] is True
+    await client.until(lambda f: len(f) >= 20)
+    await client.sio.disconnect()
+    # 500 frames committed while the client is away (in batches, as turns write them)
+    for start in range(0, 500, 50):
+        await append_notes(ator, scope, thread.id, [f"missed{i}" for i in range(start,
+                                                                                start + 50)])
+    again = clients()
+    await again.connect(base, key)
+    ack = await again.call("join", thread_id=str(thread.id), after_seq=20)
+    assert ack == {"ok": True, "thread_id": str(thread.id), "after_seq": 20,
+                   "room": f"thread:{thread.id}"}
+    frames = await again.until(lambda f: len(f) >= 500)
+    assert [f["seq"] for f in frames] == list(range(21, 521))
+    assert [f["data"]["data"]["text"] for f in frames] == [f"missed{i}" for i in range(500)]
+    assert all(set(f) == {"v", "seq", "type", "data"} and f["v"] == 1 for f in frames)
+    await append_notes(ator, scope, thread.id, ["live"])
+    frames = await again.until(lambda f: len(f) >= 501)
+    assert [f["seq"] for f in frames[500:]] == [521]
+
+
+async def test_another_orgs_thread_is_refused_and_roles_hold(one: Any, clients: Any) -> None:
+    base, ator, _, _ = one
+    scope, thread = await new_thread(ator, "gated")
+    other_scope, _ = await new_thread(ator, "gated")
+    stranger = clients()
+    await stranger.connect(base, await member_key(ator, other_scope))
+    for command in ("join", "send", "stop"):
+        ack = await stranger.call(command, thread_id=str(thread.id), text="hi")
+        assert ack["ok"] is False and ack["error"]["code"] == "not_found", (command, ack)
+    assert stranger.frames == []
+    viewer = clients()
+    await viewer.connect(base, await member_key(ator, scope, "viewer"))
+    ack = await viewer.call("send", thread_id=str(thread.id), text="hi")
+    assert (ack["ok"], ack["error"]["code"]) == (False, "forbidden")
+    ack = await viewer.call("join", thread_id="not-a-uuid")
+    assert (ack["ok"], ack["error"]["code"]) == (False, "invalid_command")
+    ack = await viewer.call("join", thread_id=str(thread.id), after_seq=-1)
+    assert (ack["ok"], ack["error"]["code"]) == (False, "invalid_cursor")
+
+
+async def test_send_streams_deltas_and_pushes_busy_and_idle_to_the_org_room(
+    one: Any, clients: Any
+) -> None:
+    base, ator, gated, _ = one
+    scope, thread = await new_thread(ator, "gated")
+    key = await member_key(ator, scope)
+    chat, lobby = clients(), clients()
+    await chat.connect(base, key)
+    await lobby.connect(base, await member_key(ator, scope, "viewer"))  # joined no thread
+    assert (await chat.call("join", thread_id=str(thread.id)))["ok"]
+    ack = await chat.call("send", thread_id=str(thread.id), text="hello",
+                          client_message_id="m-1")
+    assert ack["ok"] and ack["item"]["created"] is True
+    again = await chat.call("send", thread_id=str(thread.id), text="hello",
+                            client_message_id="m-1")
+    assert again["ok"] and again["item"]["created"] is False
+    assert again["item"]["id"] == ack["item"]["id"]
+    await lobby.until(lambda f: any(x["type"] == "turn.started" for x in f))
+    for i in range(3):  # one piece at a time: each arrives as its own delta frame
+        gated.release()
+        await chat.until(lambda f, n=i + 1: len([x for x in f if x["type"] == "delta"]) >= n)
+    await chat.until(lambda f: any(x["type"] == "turn_ended" for x in f))
+    text = "".join(d.get("text", "") for f in chat.of_type("delta")
+                   for d in f["data"]["deltas"])
+    assert text == "p0 p1 p2 "
+    seqs = [f["seq"] for f in chat.persisted()]
+    assert seqs == list(range(1, len(seqs) + 1))
+    ended = (await lobby.until(lambda f: any(x["type"] == "turn.ended" for x in f)))[-1]
+    assert ended["data"]["busy"] is False and ended["data"]["status"] == "done"
+    assert ended["data"]["usage"]["output_tokens"] == 3
+    assert lobby.persisted() == [] and lobby.of_type("delta") == []
+    assert (await chat.call("stop", thread_id=str(thread.id))) == {
+        "ok": True, "stop": "idle", "running": False}
+
+
+async def test_limits_on_rooms_and_sockets_and_a_revoked_key(one: Any, clients: Any) -> None:
+    base, ator, _, _ = one
+    scope, thread = await new_thread(ator, "gated")
+    threads = [thread.id] + [(await ator.create_thread(scope, thread.setup_id)).id
+                             for _ in range(2)]
+    user = uuid.uuid4().hex[:8]
+    from ator.store import orgs as org_store
+
+    user_id = await org_store.create_user(ator.db, scope, f"{user}@x", "member")
+    record, key = await key_store.create_key(ator.db, scope, user_id=user_id, name="k",
+                                             role="member")
+    first = clients()
+    await first.connect(base, key)
+    for t in threads[:2]:
+        assert (await first.call("join", thread_id=str(t)))["ok"]
+    ack = await first.call("join", thread_id=str(threads[2]))
+    assert (ack["ok"], ack["error"]["code"]) == (False, "too_many_rooms")
+    assert (await first.call("leave", thread_id=str(threads[0])))["left"] is True
+    assert (await first.call("join", thread_id=str(threads[2])))["ok"]
+    second = clients()
+    await second.connect(base, key)
+    third = clients()
+    with pytest.raises(socketio.exceptions.ConnectionError):
+        await third.connect(base, key)  # a third socket for this user
+    assert third.refused["data"]["code"] == "too_many_sockets"
+    await ator.access.revoke_key(Scope(scope.org_id), record.id)  # as the API revokes
+    ack = await second.call("join", thread_id=str(threads[0]))
+    assert (ack["ok"], ack["error"]["code"]) == (False, "unauthenticated")
+    await asyncio.wait_for(second.gone.wait(), 10)  # a command with a revoked key ends it
+    assert not first.gone.is_set()
+    gateway = one[3]
+    assert await gateway.recheck() == 1  # the sweep ends the socket that sent nothing
+    await asyncio.wait_for(first.gone.wait(), 10)
+    assert gateway.connections == 0
+
+
+async def test_a_turn_started_through_replica_a_reaches_a_socket_on_replica_b(
+    make_ator: Any, clients: Any
+) -> None:
+    gated = Gated(pieces=2)
+    prefix = f"ator-test-rt-{uuid.uuid4().hex[:8]}:"
+    async with AsyncExitStack() as stack:
+        base_a, a, _ = await stack.enter_async_context(
+            replica(make_ator, gated, redis_url=REDIS_URL, redis_prefix=prefix))
+        # B runs no turns: whatever B's sockets get of this turn crossed from A through Redis.
+        base_b, _, _ = await stack.enter_async_context(
+            replica(make_ator, gated, redis_url=REDIS_URL, redis_prefix=prefix, engine=False))
+        scope, thread = await new_thread(a, "gated")
+        on_a, on_b, watcher_b = clients(), clients(), clients()
+        await on_a.connect(base_a, await member_key(a, scope))
+        await on_b.connect(base_b, await member_key(a, scope))
+        await watcher_b.connect(base_b, await member_key(a, scope, "viewer"))
+        assert (await on_b.call("join", thread_id=str(thread.id)))["ok"]
+        ack = await on_a.call("send", thread_id=str(thread.id), text="across")
+        assert ack["ok"], ack
+        started = await watcher_b.until(lambda f: any(x["type"] == "turn.started" for x in f))
+        assert started[0]["data"]["thread_id"] == str(thread.id)
+        gated.release(2)
+        await on_b.until(lambda f: any(x["type"] == "turn_ended" for x in f))
+        text = "".join(d.get("text", "") for f in on_b.of_type("delta")
+                       for d in f["data"]["deltas"])
+        assert text == "p0 p1 "
+        await watcher_b.until(lambda f: any(x["type"] == "turn.ended" for x in f))
+        # each push arrives once, although both replicas share the Redis channel
+        assert [f["type"] for f in watcher_b.frames] == ["turn.started", "turn.ended"]
+
+
+async def test_a_socket_that_stops_reading_is_cut_off_and_others_miss_nothing(
+    make_ator: Any, clients: Any, monkeypatch: Any
+) -> None:
+    import json
+
+    import aiohttp
+
+    async with replica(make_ator, Gated(1), socket_outbox=8,
+                       socket_slow_timeout=1.0) as (base, ator, gateway):
+        scope, thread = await new_thread(ator, "gated")
+        key = await member_key(ator, scope)
+        dropped = asyncio.Event()
+        drop = gateway._drop
+
+        async def observed(sid: str) -> None:
+            await drop(sid)
+            dropped.set()
+
+        monkeypatch.setattr(gateway, "_drop", observed)
+        good = clients()
+        await good.connect(base, key)
+        assert (await good.call("join", thread_id=str(thread.id)))["ok"]
+        async with aiohttp.ClientSession() as http, http.ws_connect(
+            base.replace("http", "ws") + "/socket.io/?EIO=4&transport=websocket",
+            autoping=False, max_msg_size=0,
+        ) as slow:
+            assert (await slow.receive_str()).startswith("0")
+            await slow.send_str("40" + json.dumps({"key": key}))
+            assert (await slow.receive_str()).startswith("40")
+            await slow.send_str("421" + json.dumps(["join", {"thread_id": str(thread.id)}]))
+            assert (await slow.receive_str()).startswith("431")
+            # From here `slow` reads nothing: its buffers fill, then its transport queue.
+            big = "x" * 200_000
+            for _ in range(15):
+                await append_notes(ator, scope, thread.id, [big] * 10)
+                if dropped.is_set():
+                    break
+            await asyncio.wait_for(dropped.wait(), 30)
+            assert gateway.connections == 1
+            total = (await ator.events(scope, thread.id, after_seq=0, limit=1000))[-1].seq
+            frames = await good.until(lambda f: len(f) >= total, timeout=60)
+            assert [f["seq"] for f in frames] == list(range(1, total + 1))
+
+
+async def test_commands_count_against_the_apis_rate_limit(make_ator: Any, clients: Any) -> None:
+    async with replica(make_ator, Gated(1)) as (base, ator, _):
+        object.__setattr__(ator.settings, "rate_limit_per_minute", 3)
+        scope, thread = await new_thread(ator, "gated")
+        client = clients()
+        await client.connect(base, await member_key(ator, scope))
+        answers = [await client.call("stop", thread_id=str(thread.id)) for _ in range(4)]
+    assert [a["ok"] for a in answers] == [True, True, True, False]
+    assert answers[3]["error"]["code"] == "rate_limited"
+
+
+async def test_a_feed_outlives_a_lost_coordinator_connection(one: Any, clients: Any) -> None:
+    from ator.errors import CoordinationError
+
+    base, ator, _, _ = one
+    scope, thread = await new_thread(ator, "gated")
+    client = clients()
+    await client.connect(base, await member_key(ator, scope))
+    assert (await client.call("join", thread_id=str(thread.id)))["ok"]
+    await append_notes(ator, scope, thread.id, ["before"])
+    await client.until(lambda f: len(f) >= 1)
+    ator.coord.hub._lost(CoordinationError("connection reset"))  # every waiter fails
+    for i in range(5):  # committed while the feed is down: only the database has them
+        await append_notes(ator, scope, thread.id, [f"during{i}"])
+    frames = await client.until(lambda f: len(f) >= 6)
+    await append_notes(ator, scope, thread.id, ["after"])
+    frames = await client.until(lambda f: len(f) >= 7)
+    assert [f["seq"] for f in frames] == list(range(1, 8))
+    assert [f["data"]["data"]["text"] for f in frames] == [
+        "before", *(f"during{i}" for i in range(5)), "after"]
