@@ -1,0 +1,105 @@
+"""Keeping running turns alive: one heartbeat task per process for all of its turns (layer:
+engine; imports coord, store.turns, engine.turn).
+
+Every `ttl/3` seconds, each running turn's thread lease is extended on the coordinator and
+every started turn's row is marked alive in ONE statement (not one task and one UPDATE per
+turn). A beat that comes late, because the event loop was saturated, is not a loss by
+itself: a lease that expired meanwhile is taken again under the same token when nobody
+else took it. A turn is stopped as lost only when another holder has its lease, or when its
+row is no longer running (another replica's reaper closed it, or a newer turn replaced it).
+The reaper calls `beat()` before it sweeps, so a process never reaps its own live turns
+after a stall.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+from ator.coord.base import Coordinator
+from ator.engine.turn import TurnHandle
+from ator.obs.logging import get_logger
+from ator.store import turns as turn_store
+from ator.store.database import Database
+
+__all__ = ["Heartbeats"]
+
+log = get_logger("ator.engine.liveness")
+
+
+@dataclass(frozen=True, slots=True)
+class _Beating:
+    key: str
+    token: str
+    handle: TurnHandle
+
+
+class Heartbeats:
+    def __init__(self, *, db: Database, coord: Coordinator, ttl: float) -> None:
+        self.db = db
+        self.coord = coord
+        self.ttl = ttl
+        self._turns: dict[str, _Beating] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+    def add(self, key: str, token: str, handle: TurnHandle) -> None:
+        """Keep `handle`'s turn alive while it holds lease `key` under `token`."""
+        self._turns[key] = _Beating(key, token, handle)
+
+    def discard(self, key: str) -> None:
+        self._turns.pop(key, None)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="ator-heartbeats")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                await self.beat()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("heartbeat failed", exc_info=True)
+
+    async def beat(self) -> None:
+        """Extend every lease and mark every started turn alive; stop the turns that lost."""
+        async with self._lock:  # the reaper and the timer may beat at once
+            beating = list(self._turns.values())
+            if not beating:
+                return
+            held = await asyncio.gather(*(self._keep(b) for b in beating))
+            for b, ok in zip(beating, held, strict=True):
+                if not ok:
+                    b.handle.stop("lost")
+            started = {b.handle.turn_id: b.handle for b, ok in zip(beating, held, strict=True)
+                       if ok and b.handle.started and b.handle.reason is None}
+            if not started:
+                return
+            alive = await turn_store.heartbeat_many(self.db, list(started))
+            for turn_id, handle in started.items():
+                if turn_id not in alive:
+                    handle.stop("lost")
+
+    async def _keep(self, b: _Beating) -> bool:
+        if await self.coord.extend(b.key, b.token, self.ttl):
+            return True
+        # Late, not lost: the lease lapsed while the loop could not run us. Take it again
+        # unless someone else did; the row check then catches a turn that was replaced.
+        if await self.coord.acquire(b.key, b.token, self.ttl):
+            log.warning("a late heartbeat took its lapsed lease again",
+                        extra={"lease": b.key})
+            return True
+        return False
