@@ -73,6 +73,8 @@ class Round:
     pg_connections: int = 0
     http_errors: int = 0
     never_ended: int = 0
+    server_cpu_s: float = 0.0
+    loop_lag_max_ms: float = 0.0
     error_codes: dict[str, int] = field(default_factory=dict)
 
 
@@ -110,8 +112,10 @@ def start_model(duration: float) -> tuple[subprocess.Popen[str], str]:
 class Server:
     """`ator serve` in a subprocess, on a fresh database."""
 
-    def __init__(self, url: str, serve_args: list[str], pool_size: int) -> None:
+    def __init__(self, url: str, serve_args: list[str], pool_size: int,
+                 extra_env: dict[str, str]) -> None:
         self.url = url
+        self.extra_env = extra_env
         self.port = free_port()
         self.key = f"ator_{secrets.token_hex(4)}_{secrets.token_urlsafe(24)}"
         self.metrics_token = secrets.token_urlsafe(16)
@@ -129,7 +133,7 @@ class Server:
                "ATOR_METRICS_TOKEN": self.metrics_token, "ATOR_EGRESS_ALLOW": "127.0.0.1",
                "ATOR_DATA_DIR": self.data_dir, "ATOR_LOG_LEVEL": "WARNING",
                "ATOR_DB_POOL_SIZE": str(self.pool_size),
-               "ATOR_RATE_LIMIT_PER_MINUTE": "0"}
+               "ATOR_RATE_LIMIT_PER_MINUTE": "0", **self.extra_env}
         self.proc = await asyncio.to_thread(
             subprocess.Popen,
             [sys.executable, "-m", "ator.cli.main", "serve", "--port", str(self.port),
@@ -151,6 +155,19 @@ class Server:
             return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
         except psutil.Error:
             return 0
+
+    def cpu(self) -> float:
+        """User + system CPU seconds of the server's process tree so far."""
+        assert self.proc is not None
+        try:
+            root = psutil.Process(self.proc.pid)
+            total = 0.0
+            for p in [root, *root.children(recursive=True)]:
+                t = p.cpu_times()
+                total += t.user + t.system
+            return total
+        except psutil.Error:
+            return 0.0
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -207,6 +224,10 @@ async def ator_round(server: Server, model_url: str, n: int, duration: float,
                     began = time.perf_counter()
                     await c.get("/healthz")
                     health.append(time.perf_counter() - began)
+                    if len(health) % 10 == 0:
+                        load = (await c.get("/readyz")).json().get("load") or {}
+                        result.loop_lag_max_ms = max(result.loop_lag_max_ms,
+                                                     1e3 * load.get("loop_lag_s", 0.0))
                     await asyncio.sleep(0.02)
 
         sent: dict[str, float] = {}
@@ -225,7 +246,9 @@ async def ator_round(server: Server, model_url: str, n: int, duration: float,
             else:
                 accepted.add(tid)
 
+        cpu0 = server.cpu()
         t0 = time.time()
+        print(f"burst n={n} at {t0:.3f}", flush=True)
         sampler = asyncio.create_task(sample())
         prober = asyncio.create_task(probe())
         outcomes = await asyncio.gather(*(post(t) for t in threads), return_exceptions=True)
@@ -242,6 +265,7 @@ async def ator_round(server: Server, model_url: str, n: int, duration: float,
         finally:
             done.set()
             await prober
+        result.server_cpu_s = server.cpu() - cpu0
         rows = await conn.fetch(
             "SELECT thread_id::text AS t, status, stop_reason, extract(epoch FROM started_at)"
             " AS s, extract(epoch FROM ended_at) AS e FROM turns WHERE thread_id = ANY($1)",
@@ -328,7 +352,8 @@ async def langgraph_round(url: str, model_url: str, n: int, duration: float,
 def show(rounds: list[Round]) -> None:
     cols = ["system", "n", "all_done_s", "post_p50_ms", "post_p99_ms", "start_lag_p50_ms",
             "start_lag_p99_ms", "peak_in_flight", "lost", "overhead_p50_ms", "overhead_p99_ms",
-            "healthz_p99_ms", "rss_per_turn_kb", "pg_connections", "http_errors", "never_ended"]
+            "healthz_p99_ms", "rss_per_turn_kb", "pg_connections", "http_errors", "never_ended",
+            "server_cpu_s", "loop_lag_max_ms"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rounds:
@@ -349,6 +374,8 @@ async def main() -> None:
     parser.add_argument("--only", choices=["ator", "langgraph"])
     parser.add_argument("--serve-arg", action="append", default=[])
     parser.add_argument("--label", default="")
+    parser.add_argument("--env", action="append", default=[],
+                        help="KEY=VALUE for the server, e.g. ATOR_REDIS_URL=redis://...")
     args = parser.parse_args()
     admin = os.environ.get("ATOR_DATABASE_URL")
     if not admin:
@@ -358,7 +385,8 @@ async def main() -> None:
     try:
         if args.only != "langgraph":
             await fresh_db(admin, "bench_scale")
-            server = Server(db_url(admin, "bench_scale"), args.serve_arg, args.pool_size)
+            server = Server(db_url(admin, "bench_scale"), args.serve_arg, args.pool_size,
+                            dict(e.split("=", 1) for e in args.env))
             await server.start()
             try:
                 for n in args.n:

@@ -18,6 +18,7 @@ from ator.api import ops, orgs, setups, threads
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.runtime import Ator
+from ator.obs.logging import configure_logging
 from ator.providers.base import Provider
 from ator.security.keys import hash_key, parse_prefix
 from ator.settings import Settings
@@ -25,7 +26,7 @@ from ator.store import keys as key_store
 from ator.store import orgs as org_store
 from ator.store.scope import Scope
 
-__all__ = ["bootstrap_admin_key", "create_app"]
+__all__ = ["bootstrap_admin_key", "create_app", "worker_app"]
 
 _BOOTSTRAP_LOCK = 0x61746F73  # pg advisory lock key serializing the first start
 
@@ -94,3 +95,11 @@ def create_app(
     for module in (ops, orgs, setups, threads):
         app.include_router(module.router)
     return app
+
+
+def worker_app() -> FastAPI:
+    """The app of one `ator serve --workers N` process (a uvicorn factory): settings from the
+    environment, logging configured in this process too."""
+    settings = Settings()
+    configure_logging(json_lines=settings.log_json, level=settings.log_level)
+    return create_app(settings)

@@ -43,6 +43,7 @@ class Heartbeats:
         self._turns: dict[str, _Beating] = {}
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._retaken: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._turns)
@@ -65,32 +66,51 @@ class Heartbeats:
             self._task = None
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.ttl / 3)
-            try:
-                await self.beat()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.warning("heartbeat failed", exc_info=True)
+        pending: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await asyncio.sleep(self.ttl / 3)
+                # Each beat on its own task: the timer keeps its cadence while a row update
+                # waits for the database.
+                task = asyncio.create_task(self._beat_logged())
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        finally:
+            for task in pending:
+                task.cancel()
+
+    async def _beat_logged(self) -> None:
+        try:
+            await self.beat()
+        except Exception:
+            log.warning("heartbeat failed", exc_info=True)
 
     async def beat(self) -> None:
-        """Extend every lease and mark every started turn alive; stop the turns that lost."""
-        async with self._lock:  # the reaper and the timer may beat at once
-            beating = list(self._turns.values())
-            if not beating:
-                return
-            held = await asyncio.gather(*(self._keep(b) for b in beating))
-            for b, ok in zip(beating, held, strict=True):
-                if not ok:
-                    b.handle.stop("lost")
+        """Extend every lease and mark every started turn alive; stop the turns that lost.
+
+        The leases come first and do not wait for the database: a beat whose row update is
+        still queued behind a busy pool must not let the next beat's leases lapse. Only one
+        row update runs at a time; a beat that finds one running waits for it, then its own."""
+        beating = list(self._turns.values())
+        if not beating:
+            return
+        held = await asyncio.gather(*(self._keep(b) for b in beating))
+        retaken = sum(1 for b in beating if b.key in self._retaken)
+        self._retaken.clear()
+        if retaken:
+            log.warning("late heartbeats took their lapsed leases again (a saturated loop?)",
+                        extra={"leases": retaken})
+        for b, ok in zip(beating, held, strict=True):
+            if not ok:
+                b.handle.stop("lost")
+        async with self._lock:
             started = {b.handle.turn_id: b.handle for b, ok in zip(beating, held, strict=True)
                        if ok and b.handle.started and b.handle.reason is None}
             if not started:
                 return
             alive = await turn_store.heartbeat_many(self.db, list(started))
             for turn_id, handle in started.items():
-                if turn_id not in alive:
+                if turn_id not in alive and handle.reason is None:
                     handle.stop("lost")
 
     async def _keep(self, b: _Beating) -> bool:
@@ -99,7 +119,6 @@ class Heartbeats:
         # Late, not lost: the lease lapsed while the loop could not run us. Take it again
         # unless someone else did; the row check then catches a turn that was replaced.
         if await self.coord.acquire(b.key, b.token, self.ttl):
-            log.warning("a late heartbeat took its lapsed lease again",
-                        extra={"lease": b.key})
+            self._retaken.add(b.key)
             return True
         return False
