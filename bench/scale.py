@@ -241,7 +241,10 @@ async def ator_round(server: Server, model_url: str, n: int, duration: float,
             answered[tid] = time.time()
             if r.status_code != 202:
                 result.http_errors += 1
-                code = str(r.status_code)
+                try:
+                    code = f"{r.status_code} {r.json().get('code')}"
+                except ValueError:
+                    code = str(r.status_code)
                 result.error_codes[code] = result.error_codes.get(code, 0) + 1
             else:
                 accepted.add(tid)
@@ -271,7 +274,8 @@ async def ator_round(server: Server, model_url: str, n: int, duration: float,
             " AS s, extract(epoch FROM ended_at) AS e FROM turns WHERE thread_id = ANY($1)",
             [uuid.UUID(t) for t in threads])
         await conn.close()
-    result.never_ended = len(accepted) - sum(1 for r in rows if r["e"] is not None)
+    result.never_ended = len(accepted) - sum(1 for r in rows if r["e"] is not None
+                                             and r["t"] in accepted)
     result.all_done_s = max(float(r["e"]) for r in rows if r["e"] is not None) - t0
     posts = [answered[t] - sent[t] for t in answered]
     result.post_p50_ms, result.post_p99_ms = pct(posts, .5) * 1e3, pct(posts, .99) * 1e3

@@ -26,6 +26,9 @@ from ator.store.database import Database
 __all__ = ["Heartbeats"]
 
 log = get_logger("ator.engine.liveness")
+# Lease calls in flight at once per beat: a thousand turns must not take every connection of
+# the coordinator's pool from the requests that need it too.
+_LEASE_CALLS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,20 @@ class Heartbeats:
         beating = list(self._turns.values())
         if not beating:
             return
-        held = await asyncio.gather(*(self._keep(b) for b in beating))
+        gate = asyncio.Semaphore(_LEASE_CALLS)
+        outcomes = await asyncio.gather(*(self._keep(b, gate) for b in beating),
+                                        return_exceptions=True)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        for outcome in failed:
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+        if failed:
+            # The coordinator did not answer: whether someone else took a lease is unknown,
+            # so keep the turns running and their rows alive (the row check below is the
+            # truth a replacement turn would change).
+            log.warning("heartbeat could not extend leases",
+                        extra={"leases": len(failed)}, exc_info=failed[0])
+        held = [o if isinstance(o, bool) else True for o in outcomes]
         retaken = sum(1 for b in beating if b.key in self._retaken)
         self._retaken.clear()
         if retaken:
@@ -113,12 +129,13 @@ class Heartbeats:
                 if turn_id not in alive and handle.reason is None:
                     handle.stop("lost")
 
-    async def _keep(self, b: _Beating) -> bool:
-        if await self.coord.extend(b.key, b.token, self.ttl):
-            return True
-        # Late, not lost: the lease lapsed while the loop could not run us. Take it again
-        # unless someone else did; the row check then catches a turn that was replaced.
-        if await self.coord.acquire(b.key, b.token, self.ttl):
-            self._retaken.add(b.key)
-            return True
-        return False
+    async def _keep(self, b: _Beating, gate: asyncio.Semaphore) -> bool:
+        async with gate:
+            if await self.coord.extend(b.key, b.token, self.ttl):
+                return True
+            # Late, not lost: the lease lapsed while the loop could not run us. Take it
+            # again unless someone else did; the row check then catches a replaced turn.
+            if await self.coord.acquire(b.key, b.token, self.ttl):
+                self._retaken.add(b.key)
+                return True
+            return False
