@@ -9,13 +9,13 @@ for during the burst all end.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 import os
 import resource
 import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
