@@ -133,3 +133,31 @@ def test_admission_queues_by_thread_in_wake_order() -> None:
     assert admission.in_flight == 0
     # A free slot is not taken over a queued thread's head.
     assert admission.enter(scope, a)
+
+
+async def test_a_beat_racing_a_turn_end_does_not_take_its_lease_again(make_ator) -> None:
+    from ator.engine.liveness import Heartbeats
+    from ator.engine.turn import TurnHandle
+
+    async with make_ator(engine=False) as ator:
+        beats = Heartbeats(db=ator.db, coord=ator.coord, ttl=5.0)
+        key, token = f"lease:thread:{uuid.uuid4()}", "pump-1"
+        assert await ator.coord.acquire(key, token, 5.0)
+        blocker = asyncio.Event()
+        handle = TurnHandle(uuid.uuid4(), asyncio.create_task(blocker.wait()))
+        beats.add(key, token, handle)
+        real_extend = ator.coord.extend
+
+        async def extend_after_the_turn_ended(k: str, t: str, ttl: float) -> bool:
+            # The turn ends (its pump discards it and releases the lease) while this beat
+            # is on its way to the coordinator.
+            beats.discard(k)
+            await ator.coord.release(k, t)
+            return await real_extend(k, t, ttl)
+
+        ator.coord.extend = extend_after_the_turn_ended  # type: ignore[method-assign]
+        await beats.beat()
+        assert await ator.coord.holder(key) is None
+        assert handle.reason is None
+        blocker.set()
+        await handle.task

@@ -41,6 +41,16 @@ def _low_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT))
 
 
+def _start(port: int, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """`ator serve` with the low limit set in the child before it runs."""
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-c", "from ator.cli.main import main; main()", "serve",
+             "--port", str(port)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=_low_limit)
+
+
 async def test_a_low_open_file_limit_warns_and_answers_503_not_500(
     databases: DatabaseFactory, tmp_path: Path
 ) -> None:
@@ -53,12 +63,7 @@ async def test_a_low_open_file_limit_warns_and_answers_503_not_500(
            "ATOR_MASTER_KEY": master_key(), "ATOR_BOOTSTRAP_KEY": key,
            "ATOR_DB_POOL_SIZE": "8", "ATOR_RATE_LIMIT_PER_MINUTE": "0",
            "ATOR_LOG_JSON": "false"}
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from ator.cli.main import main; main()", "serve",
-             "--port", str(port)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=_low_limit)
+    proc = _start(port, env, log_path)
     base = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(base_url=base, timeout=60,

@@ -131,11 +131,21 @@ class Heartbeats:
 
     async def _keep(self, b: _Beating, gate: asyncio.Semaphore) -> bool:
         async with gate:
+            if self._turns.get(b.key) is not b:
+                return True  # ended since the beat began: its pump released the lease
             if await self.coord.extend(b.key, b.token, self.ttl):
+                return True
+            if self._turns.get(b.key) is not b:
                 return True
             # Late, not lost: the lease lapsed while the loop could not run us. Take it
             # again unless someone else did; the row check then catches a replaced turn.
-            if await self.coord.acquire(b.key, b.token, self.ttl):
-                self._retaken.add(b.key)
+            if not await self.coord.acquire(b.key, b.token, self.ttl):
+                return False
+            current = self._turns.get(b.key)
+            if current is None or current.token != b.token:
+                # The turn ended while we took the lease again: give it back, or the thread
+                # would look busy to every pump for a whole TTL.
+                await self.coord.release(b.key, b.token)
                 return True
-            return False
+            self._retaken.add(b.key)
+            return True
