@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -20,7 +21,7 @@ def settings(**kw: object) -> Settings:
 
 def test_more_than_one_worker_without_redis_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(typer.Exit) as exc:
-        choose_workers(settings(database_url="postgresql://x/y"), 2)
+        choose_workers(settings(database_url="postgresql://x/y", redis_url=None), "2")
     assert exc.value.exit_code == 2
     assert "ATOR_REDIS_URL" in capsys.readouterr().err
 
@@ -29,16 +30,18 @@ def test_more_than_one_worker_on_the_embedded_database_is_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(typer.Exit):
-        choose_workers(settings(redis_url="redis://127.0.0.1:6379/15", database_url=None), 3)
+        choose_workers(settings(redis_url="redis://127.0.0.1:6379/15", database_url=None), "3")
     assert "ATOR_DATABASE_URL" in capsys.readouterr().err
 
 
-def test_workers_default_to_the_cores_only_when_processes_can_agree() -> None:
-    assert choose_workers(settings(redis_url=None), None) == 1
+def test_auto_workers_use_the_cores_only_when_processes_can_agree() -> None:
+    assert choose_workers(settings(redis_url=None), "auto") == 1
     both = settings(redis_url="redis://127.0.0.1:6379/15", database_url="postgresql://x/y")
-    assert choose_workers(both, None) >= 1
-    assert choose_workers(both, 4) == 4
-    assert choose_workers(settings(), 1) == 1
+    assert choose_workers(both, "auto") == (os.cpu_count() or 1)
+    assert choose_workers(both, "4") == 4
+    assert choose_workers(settings(), "1") == 1
+    with pytest.raises(typer.Exit):
+        choose_workers(both, "zero")
 
 
 def test_a_low_open_file_limit_caps_turns_and_connections_and_says_how_to_fix_it() -> None:

@@ -33,10 +33,10 @@ app.add_typer(admin_app, name="admin")
 def serve(
     host: str | None = typer.Option(None, help="Bind address (default ATOR_HOST or 127.0.0.1)."),
     port: int | None = typer.Option(None, help="Port (default ATOR_PORT or 8080)."),
-    workers: int | None = typer.Option(
-        None, min=1, help="Processes sharing the port (default: the number of cores when "
-        "ATOR_REDIS_URL is set, else 1). More than 1 needs ATOR_REDIS_URL and "
-        "ATOR_DATABASE_URL."),
+    workers: str = typer.Option(
+        "1", help="Processes sharing the port: a number, or 'auto' for one per core. More "
+        "than 1 needs ATOR_REDIS_URL and ATOR_DATABASE_URL; each process has its own pools "
+        "and caps."),
 ) -> None:
     """Run the HTTP API, the engine and the reaper (in each of `--workers` processes)."""
     from ator.cli.server import run_server

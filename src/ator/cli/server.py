@@ -2,14 +2,15 @@
 cli.openfiles, settings).
 
 `--workers N` runs N uvicorn processes on one port, each a full replica (API, engine, reaper
-candidate) with its own database pool. Processes agree through the coordinator, so more than
-one needs Redis (the in-process coordinator cannot see the other processes' leases and stops:
-two of them would run the same thread at once) and an external PostgreSQL (each process would
-start its own embedded server). Without Redis the default is one process, and `serve` says
-how to use every core.
+candidate) with its own database pool and caps (turns in flight, waits, connections);
+`--workers auto` runs one per core. The default stays 1: more processes multiply every
+per-process budget, which an operator should choose, not inherit. Processes agree through
+the coordinator, so more than one needs Redis (the in-process coordinator cannot see the
+other processes' leases and stops: two of them would run the same thread at once) and an
+external PostgreSQL (each process would start its own embedded server).
 
-uvloop and httptools are used when installed (`pip install 'ator[speed]'`): uvicorn picks
-them itself. The soft open-file limit is raised at start; see cli.openfiles.
+uvloop and httptools are dependencies (not on Windows for uvloop); uvicorn picks them itself
+when present. The soft open-file limit is raised at start; see cli.openfiles.
 """
 
 from __future__ import annotations
@@ -27,16 +28,25 @@ __all__ = ["choose_workers", "run_server"]
 log = get_logger("ator.cli.server")
 
 
-def choose_workers(settings: Settings, requested: int | None) -> int:
-    """How many processes to run; exits (code 2) when the layout cannot be correct."""
+def choose_workers(settings: Settings, requested: str | int) -> int:
+    """How many processes to run for `--workers` ("auto" = one per core; "auto" without
+    Redis or an external database = 1, said in the log). Exits (code 2) when an explicit
+    count cannot be correct or is not a positive number."""
     cores = os.cpu_count() or 1
-    if requested is None:
+    if requested == "auto":
         if settings.redis_url is None or settings.database_url is None:
             if cores > 1:
-                log.info("serving with one process; set ATOR_REDIS_URL and ATOR_DATABASE_URL "
-                         "and use --workers to use all %d cores", cores)
+                log.warning("--workers auto: serving with one process; set ATOR_REDIS_URL "
+                            "and ATOR_DATABASE_URL to use all %d cores", cores)
             return 1
         return cores
+    try:
+        requested = int(requested)
+    except ValueError:
+        requested = 0
+    if requested < 1:
+        typer.echo("ator serve: --workers takes a positive number or 'auto'", err=True)
+        raise typer.Exit(2)
     if requested > 1 and settings.redis_url is None:
         typer.echo(f"ator serve: --workers {requested} needs ATOR_REDIS_URL: the processes "
                    "must agree on which one runs a thread and where a stop goes, and the "
@@ -52,7 +62,7 @@ def choose_workers(settings: Settings, requested: int | None) -> int:
     return requested
 
 
-def run_server(settings: Settings, *, host: str, port: int, workers: int | None) -> None:
+def run_server(settings: Settings, *, host: str, port: int, workers: str | int) -> None:
     import uvicorn
 
     count = choose_workers(settings, workers)
