@@ -75,6 +75,9 @@ class Round:
     never_ended: int = 0
     server_cpu_s: float = 0.0
     loop_lag_max_ms: float = 0.0
+    client_cpu_s: float = 0.0
+    model_cpu_s: float = 0.0
+    machine_busy_pct: float = 0.0
     error_codes: dict[str, int] = field(default_factory=dict)
 
 
@@ -178,8 +181,13 @@ class Server:
                 self.proc.kill()
 
 
+def cpu_of(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
 async def ator_round(server: Server, model_url: str, n: int, duration: float,
-                     dbname: str) -> Round:
+                     dbname: str, model_pid: int) -> Round:
     headers = {"authorization": f"Bearer {server.key}"}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     timeout = httpx.Timeout(120.0)
@@ -250,6 +258,7 @@ async def ator_round(server: Server, model_url: str, n: int, duration: float,
                 accepted.add(tid)
 
         cpu0 = server.cpu()
+        others0 = cpu_of(os.getpid()), cpu_of(model_pid), psutil.cpu_times()
         t0 = time.time()
         print(f"burst n={n} at {t0:.3f}", flush=True)
         sampler = asyncio.create_task(sample())
@@ -269,6 +278,11 @@ async def ator_round(server: Server, model_url: str, n: int, duration: float,
             done.set()
             await prober
         result.server_cpu_s = server.cpu() - cpu0
+        result.client_cpu_s = cpu_of(os.getpid()) - others0[0]
+        result.model_cpu_s = cpu_of(model_pid) - others0[1]
+        now = psutil.cpu_times()
+        busy = sum(getattr(now, f) - getattr(others0[2], f) for f in ("user", "system", "nice"))
+        result.machine_busy_pct = 100 * busy / ((time.time() - t0) * (psutil.cpu_count() or 1))
         rows = await conn.fetch(
             "SELECT thread_id::text AS t, status, stop_reason, extract(epoch FROM started_at)"
             " AS s, extract(epoch FROM ended_at) AS e FROM turns WHERE thread_id = ANY($1)",
@@ -357,7 +371,8 @@ def show(rounds: list[Round]) -> None:
     cols = ["system", "n", "all_done_s", "post_p50_ms", "post_p99_ms", "start_lag_p50_ms",
             "start_lag_p99_ms", "peak_in_flight", "lost", "overhead_p50_ms", "overhead_p99_ms",
             "healthz_p99_ms", "rss_per_turn_kb", "pg_connections", "http_errors", "never_ended",
-            "server_cpu_s", "loop_lag_max_ms"]
+            "server_cpu_s", "loop_lag_max_ms", "client_cpu_s", "model_cpu_s",
+            "machine_busy_pct"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rounds:
@@ -395,7 +410,7 @@ async def main() -> None:
             try:
                 for n in args.n:
                     rounds.append(await ator_round(server, model_url, n, args.duration,
-                                                   "bench_scale"))
+                                                   "bench_scale", model.pid))
                     print(rounds[-1], flush=True)
             finally:
                 server.stop()
