@@ -179,6 +179,7 @@ async def test_doctor_passes_on_the_test_database(cli_env) -> None:
     assert re.search(r"database\s+│ ok", out), out
     assert re.search(r"migrations\s+│ ok\s+│ at head", out), out
     assert re.search(r"coordinator\s+│ ok\s+│ local", out), out
+    assert re.search(r"open files\s+│ (ok|warn)\s+│ soft \d+, hard", out), out
     assert "ready" in out
 
 

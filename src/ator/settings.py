@@ -85,6 +85,11 @@ class Settings(BaseSettings):
     lease_ttl: float = 15.0
     reaper_interval: float = 5.0
     owner_id: str | None = None  # replica identity; default hostname:pid
+    # Admission: turns this process runs at once. Threads woken beyond it wait durably in
+    # the mailbox (only their ids are queued here) and start in wake order as slots free.
+    max_turns_in_flight: int = Field(default=1000, ge=1)
+    # Event-loop lag (seconds) above which /readyz reports the process not ready.
+    max_loop_lag: float = Field(default=2.0, gt=0)
 
     # Provider credentials known to the process (setups may reference org secrets instead).
     anthropic_api_key: SecretStr | None = None

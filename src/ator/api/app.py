@@ -18,11 +18,12 @@ from ator.api import mcp_servers, ops, orgs, setups, stream, threads
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.runtime import Ator
+from ator.obs.logging import configure_logging
 from ator.providers.base import Provider
 from ator.realtime import Gateway, SocketRoute
 from ator.settings import Settings
 
-__all__ = ["announce_bootstrap", "create_app"]
+__all__ = ["announce_bootstrap", "create_app", "worker_app"]
 
 def announce_bootstrap(runtime_key: tuple[str, bool] | None) -> None:
     """Print a newly created operator key once, to stderr (a preset one is never printed)."""
@@ -71,3 +72,11 @@ def create_app(
     for module in (ops, orgs, setups, threads, stream, mcp_servers):
         app.include_router(module.router)
     return app
+
+
+def worker_app() -> FastAPI:
+    """The app of one `ator serve --workers N` process (a uvicorn factory): settings from the
+    environment, logging configured in this process too."""
+    settings = Settings()
+    configure_logging(json_lines=settings.log_json, level=settings.log_level)
+    return create_app(settings)

@@ -30,9 +30,10 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", response_model=None)
 async def readyz(ator: Ator = Depends(get_ator)) -> Response | dict[str, Any]:
     checks = {name: "ok" if ok else "error" for name, ok in (await ator.ready()).items()}
+    load = ator.load()
     if any(v != "ok" for v in checks.values()):
-        return problem(503, "not_ready", "a dependency is not ready", checks=checks)
-    return {"status": "ready", "checks": checks}
+        return problem(503, "not_ready", "a dependency is not ready", checks=checks, load=load)
+    return {"status": "ready", "checks": checks, "load": load}
 
 
 @router.get("/metrics")
@@ -45,7 +46,13 @@ async def metrics(request: Request, ator: Ator = Depends(get_ator)) -> Response:
     if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
         return problem(401, "unauthenticated", "metrics need the metrics token",
                        headers={"WWW-Authenticate": "Bearer"})
-    ator.runner.metrics.mailbox_depth.set(await ator.tenancy.mailbox_depth())
+    m = ator.runner.metrics
+    m.mailbox_depth.set(await ator.tenancy.mailbox_depth())
+    m.mailbox_lag.set(await ator.tenancy.mailbox_lag())
+    load = ator.load()
+    m.turns_in_flight.set(load["turns_in_flight"])
+    m.turns_waiting.set(load["turns_waiting"])
+    m.loop_lag.set(load["loop_lag_s"])
     ator.runner.metrics.hub_waiters.set(ator.coord.hub.waiters)
     ator.runner.metrics.hub_channels.set(ator.coord.hub.channels)
     return Response(ator.runner.metrics.render(),

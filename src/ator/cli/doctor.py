@@ -3,8 +3,9 @@ settings, store.database, coord, security, providers, cli.*).
 
 Checks without changing anything (it does not migrate): the database answers and its schema
 is at the head migration (required), the coordinator answers (required when ATOR_REDIS_URL is
-set), the master key source, and which providers are usable (optional). Each row says how to
-fix what is missing; the exit code is 1 when a required check fails.
+set), the master key source, the open-file limit, and which providers are usable
+(optional). Each row says how to fix what is missing; the exit code is 1 when a required
+check fails.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import resource
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from rich.text import Text
 
 import ator.store
 from ator.cli.edge import describe_database, load_settings
+from ator.cli.openfiles import plan_files
 from ator.cli.render import console
 from ator.coord import coordinator_from_url
 from ator.errors import AtorError
@@ -77,6 +80,7 @@ async def run_checks(settings: Settings) -> list[Check]:
     checks = await _database(settings)
     checks.append(await _coordinator(settings))
     checks.append(_master_key(settings))
+    checks.append(_open_files(settings))
     checks.extend(_hosted(settings))
     checks.append(_local_model())
     provider, model = default_provider(settings)
@@ -164,6 +168,23 @@ async def _coordinator(settings: Settings) -> Check:
         return Check("coordinator", "ok", "redis (shared by every replica)", required=True)
     return Check("coordinator", "fail", f"redis: {reason}", required=True,
                  fix="start Redis or fix ATOR_REDIS_URL; unset it to run one replica only")
+
+
+def _open_files(settings: Settings) -> Check:
+    """The open-file limit `serve` will have (it raises the soft limit to the hard one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    usable = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    budget = plan_files(settings, soft=min(usable, 1 << 20), hard=hard, raised_from=soft)
+    detail = (f"soft {soft}, hard {hard}; serve raises the soft limit to {budget.soft}; "
+              f"needed at full load ≈ {budget.needed} "
+              f"({settings.max_turns_in_flight} turns in flight)")
+    if budget.low:
+        return Check("open files", "warn", detail,
+                     fix=f"raise the hard limit (ulimit -Hn {budget.needed}, LimitNOFILE= in "
+                         f"systemd); until then serve caps turns in flight at "
+                         f"{budget.max_turns} and HTTP connections at "
+                         f"{budget.max_connections}")
+    return Check("open files", "ok", detail)
 
 
 def _master_key(settings: Settings) -> Check:

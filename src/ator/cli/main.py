@@ -33,21 +33,18 @@ app.add_typer(admin_app, name="admin")
 def serve(
     host: str | None = typer.Option(None, help="Bind address (default ATOR_HOST or 127.0.0.1)."),
     port: int | None = typer.Option(None, help="Port (default ATOR_PORT or 8080)."),
+    workers: str = typer.Option(
+        "1", help="Processes sharing the port: a number, or 'auto' for one per core. More "
+        "than 1 needs ATOR_REDIS_URL and ATOR_DATABASE_URL; each process has its own pools "
+        "and caps."),
 ) -> None:
-    """Run the HTTP API, the engine and the reaper in one process."""
-    import uvicorn
-
-    from ator.api.app import create_app
+    """Run the HTTP API, the engine and the reaper (in each of `--workers` processes)."""
+    from ator.cli.server import run_server
 
     settings = Settings()
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
-    uvicorn.run(
-        create_app(settings),
-        host=host or settings.host,
-        port=port or settings.port,
-        log_config=None,
-        timeout_graceful_shutdown=10,
-    )
+    run_server(settings, host=host or settings.host, port=port or settings.port,
+               workers=workers)
 
 
 @app.command()

@@ -2,8 +2,9 @@
 engine; imports coord, store, engine.turn).
 
     submit ─► mailbox INSERT (unique per client id) ─► mark "more work" ─► wake
-    wake   ─► (one local pump per thread) take lease ─► run turns until the mailbox is empty
-           ─► release ─► if the mark was set meanwhile, go again
+    wake   ─► admission (at most `max_in_flight` pumps; the rest queue by id, in order)
+           ─► (one local pump per thread) take lease ─► run turns until the mailbox is empty
+           ─► release ─► if the mark was set meanwhile, go again ─► slot to the next thread
 
 The mark closes the race between "drained nothing" and "released": a message that arrives
 in between finds the lease taken, but its mark makes the releasing pump look again. If the
@@ -12,7 +13,8 @@ replica that took a message dies before running it, the reaper's sweep wakes the
 Stop travels over the coordinator (`ator:abort`), so it reaches whichever replica owns the
 turn, and keeps its typed reason (`cancelled:user`, `cancelled:shutdown`, …). The listener
 resubscribes after a coordinator failure, with backoff; while it is down `listening` is
-False and the replica reports itself not ready.
+False and the replica reports itself not ready. Running turns are kept alive by one
+process-wide heartbeat (engine.liveness), which also decides when a turn is really lost.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ import uuid
 from uuid import UUID
 
 from ator.coord.base import Coordinator
+from ator.engine.admission import Admission
+from ator.engine.liveness import Heartbeats
 from ator.engine.turn import TurnHandle, TurnRunner
 from ator.engine.wire import ABORT_CHANNEL
 from ator.obs.logging import get_logger
-from ator.store import turns as turn_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 
@@ -46,13 +49,16 @@ def _mark_key(thread_id: UUID) -> str:
 
 class Actor:
     def __init__(
-        self, *, db: Database, coord: Coordinator, runner: TurnRunner, owner: str, lease_ttl: float
+        self, *, db: Database, coord: Coordinator, runner: TurnRunner, owner: str,
+        lease_ttl: float, max_in_flight: int = 1000,
     ) -> None:
         self.db = db
         self.coord = coord
         self.runner = runner
         self.owner = owner
         self.lease_ttl = lease_ttl
+        self.admission = Admission(max_in_flight)
+        self.heartbeats = Heartbeats(db=db, coord=coord, ttl=lease_ttl)
         self._pumps: dict[UUID, asyncio.Task[None]] = {}
         self._running: dict[UUID, TurnHandle] = {}
         self._listener: asyncio.Task[None] | None = None
@@ -76,12 +82,14 @@ class Actor:
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen_aborts(), name="ator-abort-listener")
+        self.heartbeats.start()
         await self._listening.wait()
 
     async def close(self) -> None:
         """Stop accepting work; running turns end as `cancelled:shutdown`, persisted. Never
         raises for a pump that failed: shutdown must reach everything after it."""
         self._closing = True
+        self.admission.clear()  # their items stay pending; a sweep wakes them after restart
         for handle in list(self._running.values()):
             handle.stop("shutdown")
         pumps = list(self._pumps.values())
@@ -89,6 +97,7 @@ class Actor:
             for result in await asyncio.gather(*pumps, return_exceptions=True):
                 if isinstance(result, Exception):
                     log.warning("a thread pump failed during shutdown", exc_info=result)
+        await self.heartbeats.close()
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -108,11 +117,22 @@ class Actor:
         mark (the reaper's sweep of items nobody picked up)."""
         if self._closing or thread_id in self._pumps:
             return
+        if self.admission.enter(scope, thread_id, force=force):
+            self._start_pump(scope, thread_id, force)
+
+    def _start_pump(self, scope: Scope, thread_id: UUID, force: bool) -> None:
         task = asyncio.create_task(
             self._pump(scope, thread_id, force), name=f"ator-pump-{thread_id}"
         )
         self._pumps[thread_id] = task
-        task.add_done_callback(lambda _t: self._pumps.pop(thread_id, None))
+        task.add_done_callback(lambda _t: self._pump_ended(thread_id))
+
+    def _pump_ended(self, thread_id: UUID) -> None:
+        self._pumps.pop(thread_id, None)
+        while (admitted := self.admission.leave()) is not None:
+            if not self._closing and admitted.thread_id not in self._pumps:
+                self._start_pump(admitted.scope, admitted.thread_id, admitted.force)
+                return
 
     async def stop(self, thread_id: UUID, reason: str = "user") -> None:
         """Abort the thread's running turn wherever it runs."""
@@ -177,35 +197,16 @@ class Actor:
             log.exception("thread pump failed")
 
     async def _one_turn(self, scope: Scope, thread_id: UUID, token: str) -> bool:
-        heartbeat: asyncio.Task[None] | None = None
+        key = lease_key(thread_id)
 
         def on_start(handle: TurnHandle) -> None:
-            nonlocal heartbeat
+            # Until the turn's row exists (its first statement may wait under load) the
+            # heartbeat only extends the lease: a missing row then means "not yet".
             self._running[thread_id] = handle
-            heartbeat = asyncio.create_task(self._heartbeat(thread_id, token, handle))
+            self.heartbeats.add(key, token, handle)
 
         try:
             return await self.runner.run(scope, thread_id, on_start)
         finally:
             self._running.pop(thread_id, None)
-            if heartbeat is not None:
-                heartbeat.cancel()
-
-    async def _heartbeat(self, thread_id: UUID, token: str, handle: TurnHandle) -> None:
-        """Keep the lease and the turn row alive; a lost lease aborts the turn. Until the
-        turn's row exists (its first statement may wait under load) only the lease is
-        extended: a missing row then means "not yet", not "lost"."""
-        key = lease_key(thread_id)
-        while True:
-            await asyncio.sleep(self.lease_ttl / 3)
-            try:
-                ok = await self.coord.extend(key, token, self.lease_ttl)
-                if handle.started:
-                    ok = await turn_store.heartbeat(self.db, handle.turn_id) and ok
-            except Exception:
-                log.warning("heartbeat failed", exc_info=True)
-                continue
-            if not ok:
-                handle.stop("lost")
-                return
-
+            self.heartbeats.discard(key)

@@ -75,6 +75,9 @@ class Reaper:
 
     async def tick(self) -> int:
         """One sweep; returns how many turns it closed."""
+        # Our own turns first: after a stall of this loop their beats are late, not lost,
+        # and the sweep below must not close them.
+        await self.actor.heartbeats.beat()
         lost = await turn_store.reap_lost_turns(self.db, self.ttl)
         # Lost turns (and any turn whose end did not settle) give back their reservations.
         await ledger.release_closed(self.db)

@@ -45,6 +45,7 @@ from ator.engine.tenancy import Tenancy
 from ator.engine.turn import TurnRunner
 from ator.engine.wire import event_frame, thread_channel
 from ator.errors import ConfigError, Conflict, EgressBlocked, ValidationFailed
+from ator.obs.looplag import LoopLag
 from ator.providers.base import Provider
 from ator.providers.config import ConfigPolicy, ProviderConfig, parse_provider_config
 from ator.providers.preload import preload
@@ -121,7 +122,9 @@ class Ator(McpMethods):
             cap_ceilings=settings.cap_ceilings, hooks=list(hooks), services=services,
         )
         self.actor = Actor(db=db, coord=coord, runner=self.runner, owner=self.owner,
-                           lease_ttl=settings.lease_ttl)
+                           lease_ttl=settings.lease_ttl,
+                           max_in_flight=settings.max_turns_in_flight)
+        self.loop_lag = LoopLag()
         self.reaper = Reaper(db=db, coord=coord, actor=self.actor, runner=self.runner,
                              owner=self.owner, ttl=settings.lease_ttl,
                              interval=settings.reaper_interval)
@@ -188,6 +191,7 @@ class Ator(McpMethods):
             await preload()
             await self.actor.start()
             self.reaper.start()
+            self.loop_lag.start()
             self._engine_started = True
 
     async def close(self) -> None:
@@ -196,7 +200,7 @@ class Ator(McpMethods):
         steps = [self.mcp.aclose, self.providers.aclose, self.publisher.aclose,
                  self.coord.close, self.db.close]
         if self._engine_started:
-            steps = [self.reaper.close, self.actor.close, *steps]
+            steps = [self.loop_lag.close, self.reaper.close, self.actor.close, *steps]
             self._engine_started = False
         failure: BaseException | None = None
         for step in steps:
@@ -217,7 +221,16 @@ class Ator(McpMethods):
             checks["coordinator"] = await self.coord.ping()
         if self._engine_started:
             checks["stop_listener"] = self.actor.listening
+            checks["event_loop"] = self.loop_lag.lag <= self.settings.max_loop_lag
         return checks
+
+    def load(self) -> dict[str, float]:
+        """This process's load, for readiness and /metrics: turns in flight (admitted
+        pumps), threads waiting for a slot, and event-loop lag in seconds."""
+        return {"turns_in_flight": self.actor.admission.in_flight,
+                "turns_limit": self.actor.admission.limit,
+                "turns_waiting": self.actor.admission.waiting,
+                "loop_lag_s": round(self.loop_lag.lag, 4)}
 
     async def __aenter__(self) -> Ator:
         return self

@@ -101,3 +101,7 @@ class Tenancy:
     async def mailbox_depth(self) -> int:
         """Items waiting in every mailbox (all orgs; for metrics)."""
         return await usage_store.mailbox_depth(self._db)
+
+    async def mailbox_lag(self) -> float:
+        """Seconds the oldest waiting mailbox item has waited (all orgs; for metrics)."""
+        return await usage_store.mailbox_lag(self._db)

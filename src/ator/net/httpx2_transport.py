@@ -68,6 +68,11 @@ class PinnedBackend(httpcore2.AsyncNetworkBackend):
 def pinned_http_transport(**kwargs: Any) -> httpx2.AsyncHTTPTransport:
     """httpx2's own transport (pooling, TLS, HTTP/1.1) whose connections are pinned. Never
     reads proxies or certificates from the environment."""
+    # No cap on concurrent connections per client: one provider client serves every turn of
+    # its setup, and the library default (100) queued the 101st model stream behind the
+    # first hundred. Turns in flight are bounded by the engine's admission instead.
+    kwargs.setdefault("limits", httpx2.Limits(max_connections=None,
+                                             max_keepalive_connections=100))
     transport = httpx2.AsyncHTTPTransport(trust_env=False, **kwargs)
     pool = transport._pool  # private but stable; tests prove the pin takes effect
     if not isinstance(pool, httpcore2.AsyncConnectionPool):

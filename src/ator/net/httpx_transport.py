@@ -74,6 +74,11 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
 def pinned_http_transport(**kwargs: Any) -> httpx.AsyncHTTPTransport:
     """httpx's own transport (pooling, TLS, HTTP/1.1) whose connections are pinned. Never
     reads proxies or certificates from the environment."""
+    # No cap on concurrent connections per client: one provider client serves every turn of
+    # its setup, and the library default (100) queued the 101st model stream behind the
+    # first hundred. Turns in flight are bounded by the engine's admission instead.
+    kwargs.setdefault("limits", httpx.Limits(max_connections=None,
+                                             max_keepalive_connections=100))
     transport = httpx.AsyncHTTPTransport(trust_env=False, **kwargs)
     pool = transport._pool  # private but stable; tests prove the pin takes effect
     if not isinstance(pool, httpcore.AsyncConnectionPool):

@@ -29,6 +29,16 @@ class Metrics:
                               registry=r)
         self.mailbox_depth = Gauge("ator_mailbox_depth", "Mailbox items waiting for a turn",
                                    registry=r)
+        self.mailbox_lag = Gauge("ator_mailbox_lag_seconds",
+                                 "Age of the oldest mailbox item waiting for a turn", registry=r)
+        self.turns_in_flight = Gauge("ator_turns_in_flight",
+                                     "Turns (thread pumps) this process runs now", registry=r)
+        self.turns_waiting = Gauge("ator_turns_waiting",
+                                   "Threads woken on this process waiting for a turn slot",
+                                   registry=r)
+        self.loop_lag = Gauge("ator_loop_lag_seconds",
+                              "Worst event-loop lateness of this process over the last 5 s",
+                              registry=r)
         self.hub_waiters = Gauge("ator_hub_waiters",
                                  "Waiters (e.g. long-polls) on this process's shared subscription",
                                  registry=r)

@@ -492,3 +492,19 @@ async def list_turns(db: Database, scope: Scope, thread_id: UUID, *, limit: int 
         .limit(limit)
     )
     return [_turn(r) for r in await db.read(stmt)]
+
+
+_HEARTBEAT_MANY = sa.text("""
+    UPDATE turns SET heartbeat_at = now()
+    WHERE id = ANY(:ids) AND status = 'running'
+    RETURNING id
+""")
+
+
+async def heartbeat_many(db: Database, turn_ids: list[UUID]) -> set[UUID]:
+    """Mark many turns alive in one statement (a process's heartbeat); returns the ids still
+    running (the others were reaped or finished)."""
+    if not turn_ids:
+        return set()
+    rows = await db.fetch(_HEARTBEAT_MANY, {"ids": turn_ids}, write=True)
+    return {r["id"] for r in rows}

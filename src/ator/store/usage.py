@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["GROUPS", "mailbox_depth", "month_bounds", "usage"]
+__all__ = ["GROUPS", "mailbox_depth", "mailbox_lag", "month_bounds", "usage"]
 
 GROUPS = ("org", "thread", "setup")
 
@@ -56,6 +56,14 @@ async def usage(db: Database, scope: Scope, *, month: date, group: str) -> list[
         }
         for r in rows
     ]
+
+
+async def mailbox_lag(db: Database) -> float:
+    """Seconds the oldest item waiting for a turn has waited, all orgs (0 when none)."""
+    rows = await db.read(sa.text(
+        "SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) AS lag"
+        " FROM mailbox WHERE turn_id IS NULL"))
+    return float(rows[0].lag)
 
 
 async def mailbox_depth(db: Database) -> int:
