@@ -56,7 +56,6 @@ from ator.security.redact import restore_redacted
 from ator.settings import Settings
 from ator.store import events as event_store
 from ator.store import mailbox as mailbox_store
-from ator.store import orgs as org_store
 from ator.store import setups as setup_store
 from ator.store import threads as thread_store
 from ator.store import turns as turn_store
@@ -246,9 +245,6 @@ class Ator(McpMethods):
     ) -> Org:
         return await self.tenancy.create_org(name, monthly_budget_usd=monthly_budget_usd,
                                              budget_ceiling_usd=budget_ceiling_usd)
-
-    async def set_budget(self, scope: Scope, monthly_budget_usd: Decimal | None) -> Org:
-        return await org_store.set_org_budget(self.db, scope, monthly_budget_usd)
 
     async def put_secret(self, scope: Scope, name: str, value: str) -> None:
         await self.tenancy.put_secret(scope, name, value)

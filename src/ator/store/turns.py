@@ -44,7 +44,6 @@ __all__ = [
     "StepWrite",
     "TurnStart",
     "get_turn",
-    "heartbeat",
     "list_turns",
     "reap_lost_turns",
     "start_turn",
@@ -60,7 +59,6 @@ WITH _ctx AS (
   SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
          t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
          s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,
-         COALESCE(u.cost_usd, 0) AS month_usd,
          (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
                                                        'data', e.data) ORDER BY e.seq), '[]')
             FROM events e
@@ -68,8 +66,6 @@ WITH _ctx AS (
     FROM threads t
     JOIN setups s ON s.id = t.setup_id
     JOIN orgs o ON o.id = t.org_id
-    LEFT JOIN org_usage u ON u.org_id = t.org_id
-                         AND u.month = date_trunc('month', now())::date
    WHERE t.id = :thread_id AND t.org_id = :org_id
 ), _drained AS (
   UPDATE mailbox SET turn_id = :turn_id
@@ -146,8 +142,7 @@ class TurnStart:
     root_id: UUID | None
     depth: int
     deleted: bool
-    monthly_budget_usd: Decimal | None
-    month_usd: Decimal
+    monthly_budget_usd: Decimal | None  # the limit in force: min(org budget, ceiling)
     history: list[dict[str, Any]]
 
 
@@ -170,7 +165,7 @@ async def start_turn(
         r["id"], r["org_id"], r["setup_id"], r["setup_name"], r["setup_version"],
         r["provider"], r["model"], r["persona"], r["config"], r["tool_policy"],
         r["instructions"], r["parent_id"], r["root_id"], r["depth"],
-        r["deleted_at"] is not None, r["monthly_budget_usd"], Decimal(r["month_usd"]),
+        r["deleted_at"] is not None, r["monthly_budget_usd"],
         r["history"],
     )
     events = [
@@ -208,7 +203,6 @@ class ModelCallRow:
 class StepWrite:
     live: bool  # False: the turn was no longer running; nothing was appended
     events: list[Event]
-    month_usd: Decimal | None  # the org's spend this month after this write, if it billed
 
 
 class StepPart(Protocol):
@@ -340,7 +334,6 @@ _MODEL_CALL = """_mc AS (
   ON CONFLICT (org_id, month) DO UPDATE
     SET cost_usd = org_usage.cost_usd + EXCLUDED.cost_usd,
         tokens = org_usage.tokens + EXCLUDED.tokens{settle}
-  RETURNING cost_usd
 )"""
 _step_sql: dict[tuple[str, ...], sa.TextClause] = {}
 
@@ -355,11 +348,9 @@ def _step_statement(parts: Sequence[StepPart]) -> sa.TextClause:
             + " WHERE id = :turn_id AND org_id = :org_id AND status = 'running' RETURNING id)"
         )
         ctes = [turn_cte, *(c for p in parts for c in p.ctes()), seq_cte, f"_ev AS ({insert})"]
-        billed = any(isinstance(p, Billed) for p in parts)
-        month = "(SELECT cost_usd FROM _usage)" if billed else "NULL::numeric"
+        # Data-modifying CTEs run whether the final SELECT reads them or not.
         _step_sql[key] = sa.text(
             "WITH " + ",\n".join(ctes) + "\nSELECT (SELECT count(*) FROM _turn) AS live, "
-            f"{month} AS month_usd, "
             "(SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data', data,"
             " 'created_at', created_at) ORDER BY seq), '[]') FROM _ev) AS events"
         )
@@ -391,19 +382,7 @@ async def write_step(
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
         for e in row["events"]
     ]
-    month = Decimal(row["month_usd"]) if row["month_usd"] is not None else None
-    return StepWrite(bool(row["live"]), written, month)
-
-
-async def heartbeat(db: Database, turn_id: UUID) -> bool:
-    """Mark the turn alive; False if it is no longer running (reaped or finished)."""
-    stmt = (
-        turns.update()
-        .where(turns.c.id == turn_id, turns.c.status == "running")
-        .values(heartbeat_at=sa.func.now())
-        .returning(turns.c.id)
-    )
-    return bool(await db.write(stmt))
+    return StepWrite(bool(row["live"]), written)
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,16 +95,6 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def filtered(self, allow: Sequence[str] | None, deny: Sequence[str] = ()) -> ToolRegistry:
-        """A registry with only the tools the setup's policy allows (None = all)."""
-        out = ToolRegistry()
-        for name, tool in self._tools.items():
-            if (allow is None or name in allow) and name not in deny:
-                # Share the compiled validators: schemas were checked when first added.
-                out._tools[name] = tool
-                out._validators[name] = self._validators[name]
-        return out
-
     def specs(self, *, description_limit: int = 4000) -> list[ToolSpec]:
         out = []
         for tool in self._tools.values():
