@@ -257,6 +257,7 @@ async def test_tools_see_the_abort_signal_and_granted_services(make_ator) -> Non
 
     async def watch(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         seen["clock"] = ctx.service(Clock).now()
+        seen["abort"] = ctx.abort
         started.set()
         await asyncio.wait_for(ctx.abort.wait(), 10)
         seen["aborted"] = True
@@ -273,6 +274,7 @@ async def test_tools_see_the_abort_signal_and_granted_services(make_ator) -> Non
         end = await wait_for_event(ator, scope, thread.id, ended, timeout=10)
     assert end.data["stop_reason"] == "cancelled:user"
     assert seen["clock"] == "12:00"
+    assert seen["abort"].is_set()  # the stop raised the turn's abort signal for its tools
 
 
 async def test_untrusted_tool_results_reach_the_model_labelled(make_ator) -> None:
