@@ -47,6 +47,7 @@ class Reaper:
         self.coord = coord
         self.actor = actor
         self.runner = runner
+        self.owner = owner
         self.token = f"{owner}:reaper:{uuid.uuid4().hex[:8]}"
         self.ttl = ttl
         self.interval = interval
@@ -75,10 +76,11 @@ class Reaper:
 
     async def tick(self) -> int:
         """One sweep; returns how many turns it closed."""
-        # Our own turns first: after a stall of this loop their beats are late, not lost,
-        # and the sweep below must not close them.
+        # Our own turns are late after a stall of this loop, never lost: refresh their rows
+        # for the other replicas' sweeps, and leave them out of ours (a stall can fall
+        # between the beat and the sweep).
         await self.actor.heartbeats.beat()
-        lost = await turn_store.reap_lost_turns(self.db, self.ttl)
+        lost = await turn_store.reap_lost_turns(self.db, self.ttl, sweeper=self.owner)
         # Lost turns (and any turn whose end did not settle) give back their reservations.
         await ledger.release_closed(self.db)
         for turn in lost:

@@ -394,20 +394,23 @@ class LostTurn:
     ended: Event  # the committed `turn_ended` event
 
 
-async def reap_lost_turns(db: Database, ttl: float) -> list[LostTurn]:
+async def reap_lost_turns(db: Database, ttl: float, *, sweeper: str) -> list[LostTurn]:
     """Close turns whose owner stopped heartbeating more than `ttl` seconds ago (all orgs:
-    this is the reaper's system-level sweep) and append their `turn_ended` events."""
+    this is the reaper's system-level sweep) and append their `turn_ended` events. The
+    sweeping process's own turns (owner `sweeper`) are never closed here: it is running, so
+    they are not lost, only late; its actor decides their end."""
     stmt = sa.text("""
         UPDATE turns SET status = 'lost', stop_reason = 'error:lost',
                error = 'owner stopped heartbeating', ended_at = now()
          WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => :ttl)
+           AND owner <> :sweeper
         RETURNING org_id, thread_id, id, owner
     """)
     seq_cte, insert = append_cte()
     append = sa.text(f"WITH {seq_cte} {insert}")
     lost: list[LostTurn] = []
     async with db.begin() as conn:
-        for row in (await conn.execute(stmt, {"ttl": ttl})).all():
+        for row in (await conn.execute(stmt, {"ttl": ttl, "sweeper": sweeper})).all():
             params = {"org_id": row.org_id, "thread_id": row.thread_id, "turn_id": row.id}
             params.update(
                 event_params(
