@@ -12,10 +12,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from ator import Ator
+from ator.providers.base import Usage
+from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store import ledger
 from ator.store import orgs as org_store
-from ator.store.schema import org_usage, turns
+from ator.store.schema import model_calls, org_usage, turns
 from ator.store.scope import Scope
+from tests.conftest import new_thread
 
 
 async def _org(ator: Ator, **budget: Any) -> Scope:
@@ -144,3 +147,48 @@ async def test_a_lost_turn_gives_its_reservation_back_once(make_ator) -> None:
         assert await _month(ator, scope) == (Decimal("0.25"), Decimal("0.20"))
         assert (await ledger.release_closed(ator.db)).turns == 0
         assert await _held_by_turns(ator, scope) == Decimal("0.20")
+
+
+async def test_an_orgs_concurrent_turns_bill_different_usage_rows_that_sum_to_its_spend(
+    make_ator,
+) -> None:
+    """No hot row: turns of an org without a budget add their spend to shards picked by turn,
+    and the shards sum to what the model calls cost. A budgeted org bills the budget row."""
+    usage = Usage(input_tokens=1_000, output_tokens=100)
+    steps = [ScriptStep(text="ok", usage=usage)] * 40
+    async with make_ator(providers={"s": ScriptedProvider(steps)}) as ator:
+        scope, first = await new_thread(ator, "s", model="claude-sonnet-4-5")
+        threads = [await ator.create_thread(scope, first.setup_id) for _ in range(24)]
+        await asyncio.gather(*(ator.ask(scope, t.id, "hi", timeout=60) for t in threads))
+        rows = await ator.db.read(sa.select(org_usage.c.shard, org_usage.c.cost_usd)
+                                  .where(org_usage.c.org_id == scope.org_id))
+        calls = await ator.db.read(sa.select(sa.func.sum(model_calls.c.cost_usd))
+                                   .where(model_calls.c.org_id == scope.org_id))
+        assert len(rows) > 4, rows  # 24 turns over 15 shards
+        assert all(1 <= r.shard <= 15 for r in rows)
+        assert sum(r.cost_usd for r in rows) == calls[0][0] > 0
+
+        budgeted, thread = await new_thread(ator, "s", model="claude-sonnet-4-5",
+                                            budget=Decimal("10"))
+        await ator.ask(budgeted, thread.id, "hi", timeout=60)
+        rows = await ator.db.read(sa.select(org_usage.c.shard, org_usage.c.cost_usd,
+                                            org_usage.c.reserved_usd)
+                                  .where(org_usage.c.org_id == budgeted.org_id))
+        assert [(r.shard, r.reserved_usd) for r in rows] == [(0, 0)] and rows[0].cost_usd > 0
+
+
+async def test_a_reservation_counts_the_spend_billed_on_other_shards(make_ator) -> None:
+    async with make_ator() as ator:
+        scope = await _org(ator, budget_ceiling_usd=Decimal("1.00"))
+        await ator.db.write(sa.insert(org_usage).values(
+            org_id=scope.org_id, month=sa.func.date_trunc("month", sa.func.now()),
+            shard=7, cost_usd=Decimal("0.90")))
+        turn_id = await _turn(ator, scope)
+        refused = await ledger.reserve(ator.db, scope, turn_id, Decimal("0.20"))
+        assert not refused.held and refused.spent_usd == Decimal("0.90")
+        held = await ledger.reserve(ator.db, scope, turn_id, Decimal("0.05"))
+        assert held.held and held.spent_usd + held.reserved_usd == Decimal("0.95")
+        # Settling returns the month's spend over every shard.
+        month = await ledger.settle(ator.db, scope, turn_id, cost_usd=Decimal("0.04"),
+                                    released_usd=Decimal("0.05"))
+        assert month == Decimal("0.94")

@@ -1,10 +1,17 @@
 """The budget ledger: reserve a model call's worst case before it starts, settle it to the
 real cost after, atomically across replicas (layer: store; imports sqlalchemy, ator.store.*).
 
-The org's month row in `org_usage` holds `cost_usd` (settled spend) and `reserved_usd` (the
-worst cases of calls in flight); the invariant is `cost_usd + reserved_usd <= limit`, where
-the limit is `LEAST(orgs.monthly_budget_usd, orgs.budget_ceiling_usd)`. `turns.reserved_usd`
-is what each turn holds, so a turn that dies can be made to give it back.
+The org's month usage lives in shards of `org_usage`. Shard 0, the budget row, holds
+`reserved_usd` (the worst cases of calls in flight) and the spend of every call that
+reserved; the other shards hold the spend of calls that did not (orgs without a limit), each
+turn billing the shard its id picks, so a busy org's writes do not queue on one row. The
+invariant is `spend + reserved_usd <= limit`, spend being the sum over the shards, where the
+limit is `LEAST(orgs.monthly_budget_usd, orgs.budget_ceiling_usd)`. `turns.reserved_usd` is
+what each turn holds, so a turn that dies can be made to give it back.
+
+The check is exact for everything billed on the budget row (read under its lock). The other
+shards only grow from turns that started while the org had no limit; a limit set during
+such a turn can be overrun by at most the calls those turns have in flight.
 
 1. `reserve`  one statement, before a call: add the worst case to the month row only if it
    fits. It is an upsert whose ON CONFLICT ... WHERE PostgreSQL evaluates on the newest row
@@ -39,9 +46,11 @@ from ator.store.database import Database
 from ator.store.scope import Scope
 
 __all__ = [
+    "BUDGET_SHARD",
     "LIMIT_SQL",
     "SETTLE_TURN_SET",
     "SETTLE_USAGE_SET",
+    "TURN_SHARD",
     "Released",
     "Reservation",
     "release_closed",
@@ -50,6 +59,11 @@ __all__ = [
 ]
 
 _MONTH = "date_trunc('month', now())::date"
+
+#: SQL for the `org_usage.shard` a billed call adds to: the budget row when the call settles
+#: a reservation, else one of 15 shards picked by the turn's id (`:turn_id`).
+BUDGET_SHARD = "0"
+TURN_SHARD = "(1 + get_byte(uuid_send(CAST(:turn_id AS uuid)), 15) % 15)"
 
 #: The monthly limit in force for an org row `o` (LEAST ignores NULLs; NULL = no limit).
 #: `start_turn` should read this instead of `o.monthly_budget_usd`.
@@ -73,17 +87,22 @@ WITH _limit AS (
    WHERE id = CAST(:turn_id AS uuid) AND org_id = CAST(:org_id AS uuid) AND status = 'running'
 ), _before AS (
   SELECT cost_usd, reserved_usd FROM org_usage
-   WHERE org_id = CAST(:org_id AS uuid) AND month = {_MONTH}
+   WHERE org_id = CAST(:org_id AS uuid) AND month = {_MONTH} AND shard = 0
+), _others AS (
+  SELECT COALESCE(sum(cost_usd), 0) AS usd FROM org_usage
+   WHERE org_id = CAST(:org_id AS uuid) AND month = {_MONTH} AND shard <> 0
 ), _usage AS (
-  INSERT INTO org_usage AS u (org_id, month, reserved_usd)
-  SELECT CAST(:org_id AS uuid), {_MONTH}, CAST(:amount AS numeric)
+  INSERT INTO org_usage AS u (org_id, month, shard, reserved_usd)
+  SELECT CAST(:org_id AS uuid), {_MONTH}, 0, CAST(:amount AS numeric)
     FROM _limit
    WHERE EXISTS (SELECT 1 FROM _live)
-     AND (_limit.usd IS NULL OR CAST(:amount AS numeric) <= _limit.usd)
-  ON CONFLICT (org_id, month) DO UPDATE
+     AND (_limit.usd IS NULL
+          OR (SELECT usd FROM _others) + CAST(:amount AS numeric) <= _limit.usd)
+  ON CONFLICT (org_id, month, shard) DO UPDATE
      SET reserved_usd = u.reserved_usd + EXCLUDED.reserved_usd
    WHERE (SELECT usd FROM _limit) IS NULL
-      OR u.cost_usd + u.reserved_usd + EXCLUDED.reserved_usd <= (SELECT usd FROM _limit)
+      OR u.cost_usd + (SELECT usd FROM _others) + u.reserved_usd + EXCLUDED.reserved_usd
+         <= (SELECT usd FROM _limit)
   RETURNING u.cost_usd, u.reserved_usd
 ), _held AS (
   -- No status check here: if the turn closed since _live, the sweep releases this too.
@@ -93,7 +112,8 @@ WITH _limit AS (
   RETURNING id
 )
 SELECT (SELECT count(*) FROM _held) AS held, (SELECT usd FROM _limit) AS limit_usd,
-       COALESCE((SELECT cost_usd FROM _usage), (SELECT cost_usd FROM _before), 0) AS spent,
+       COALESCE((SELECT cost_usd FROM _usage), (SELECT cost_usd FROM _before), 0)
+         + (SELECT usd FROM _others) AS spent,
        COALESCE((SELECT reserved_usd FROM _usage), (SELECT reserved_usd FROM _before), 0)
          AS reserved
 """)
@@ -104,13 +124,17 @@ WITH _turn AS (
    WHERE id = CAST(:turn_id AS uuid) AND org_id = CAST(:org_id AS uuid) AND status = 'running'
   RETURNING id
 ), _usage AS (
-  INSERT INTO org_usage (org_id, month, cost_usd)
-  VALUES (CAST(:org_id AS uuid), {_MONTH}, CAST(:cost AS numeric))
-  ON CONFLICT (org_id, month) DO UPDATE
+  INSERT INTO org_usage (org_id, month, shard, cost_usd)
+  VALUES (CAST(:org_id AS uuid), {_MONTH}, {BUDGET_SHARD}, CAST(:cost AS numeric))
+  ON CONFLICT (org_id, month, shard) DO UPDATE
     SET cost_usd = org_usage.cost_usd + EXCLUDED.cost_usd{SETTLE_USAGE_SET}
   RETURNING cost_usd
 )
-SELECT (SELECT count(*) FROM _turn) AS live, (SELECT cost_usd FROM _usage) AS month_usd
+SELECT (SELECT count(*) FROM _turn) AS live,
+       (SELECT cost_usd FROM _usage)
+         + (SELECT COALESCE(sum(cost_usd), 0) FROM org_usage
+             WHERE org_id = CAST(:org_id AS uuid) AND month = {_MONTH} AND shard <> 0)
+         AS month_usd
 """)
 
 _RELEASE_CLOSED = sa.text(f"""
@@ -126,7 +150,7 @@ WITH _held AS (
 ), _usage AS (
   UPDATE org_usage u SET reserved_usd = GREATEST(u.reserved_usd - b.usd, 0)
     FROM _by_org b
-   WHERE u.org_id = b.org_id AND u.month = {_MONTH}
+   WHERE u.org_id = b.org_id AND u.month = {_MONTH} AND u.shard = 0
   RETURNING u.org_id
 )
 SELECT (SELECT count(*) FROM _freed) AS turns, (SELECT COALESCE(sum(usd), 0) FROM _freed) AS usd,

@@ -250,11 +250,14 @@ org_usage = sa.Table(
     metadata,
     _org(),
     sa.Column("month", sa.Date, nullable=False),
+    # 0: the budget row (reservations, and the spend of calls that reserved); 1..N: spend of
+    # calls without a budget, spread by turn so no one row takes every write of an org.
+    sa.Column("shard", sa.SmallInteger, nullable=False, server_default="0"),
     sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
     sa.Column("tokens", sa.BigInteger, nullable=False, server_default="0"),
     # Worst cases of the model calls in flight (store/ledger.py); spend + reserved <= limit.
     sa.Column("reserved_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
-    sa.PrimaryKeyConstraint("org_id", "month", name="pk_org_usage"),
+    sa.PrimaryKeyConstraint("org_id", "month", "shard", name="pk_org_usage"),
 )
 
 secrets = sa.Table(

@@ -28,7 +28,13 @@ import sqlalchemy as sa
 from ator.errors import NotFound
 from ator.store.database import Database, first
 from ator.store.events import HISTORY_KINDS, append_cte, event_params, to_event
-from ator.store.ledger import LIMIT_SQL, SETTLE_TURN_SET, SETTLE_USAGE_SET
+from ator.store.ledger import (
+    BUDGET_SHARD,
+    LIMIT_SQL,
+    SETTLE_TURN_SET,
+    SETTLE_USAGE_SET,
+    TURN_SHARD,
+)
 from ator.store.records import Event, Turn
 from ator.store.schema import turns
 from ator.store.scope import Scope
@@ -240,7 +246,10 @@ class Billed:
                 + (SETTLE_TURN_SET if self.released else ""))
 
     def ctes(self) -> list[str]:
-        return [_MODEL_CALL.replace("{settle}", SETTLE_USAGE_SET if self.released else "")]
+        # A call that settles a reservation bills the budget row (shard 0), where the next
+        # reservation reads it under the row's lock; any other call bills its turn's shard.
+        return [_MODEL_CALL.replace("{settle}", SETTLE_USAGE_SET if self.released else "")
+                .replace("{shard}", BUDGET_SHARD if self.released else TURN_SHARD)]
 
     def params(self) -> dict[str, Any]:
         mc = self.call
@@ -273,7 +282,7 @@ class Released:
     def ctes(self) -> list[str]:
         return ["""_release AS (
   UPDATE org_usage SET reserved_usd = GREATEST(reserved_usd - CAST(:released AS numeric), 0)
-   WHERE org_id = :org_id AND month = date_trunc('month', now())::date
+   WHERE org_id = :org_id AND month = date_trunc('month', now())::date AND shard = 0
      AND EXISTS (SELECT 1 FROM _turn)
 )"""]
 
@@ -329,9 +338,10 @@ _MODEL_CALL = """_mc AS (
     :mc_duration_ms, CAST(:mc_meta AS jsonb))
 ), _usage AS (
   -- Billed even when the turn was closed meanwhile: the provider charged for the call.
-  INSERT INTO org_usage (org_id, month, cost_usd, tokens)
-  VALUES (:org_id, date_trunc('month', now())::date, :d_cost, :d_in + :d_out + :d_cr + :d_cw)
-  ON CONFLICT (org_id, month) DO UPDATE
+  INSERT INTO org_usage (org_id, month, shard, cost_usd, tokens)
+  VALUES (:org_id, date_trunc('month', now())::date, {shard}, :d_cost,
+          :d_in + :d_out + :d_cr + :d_cw)
+  ON CONFLICT (org_id, month, shard) DO UPDATE
     SET cost_usd = org_usage.cost_usd + EXCLUDED.cost_usd,
         tokens = org_usage.tokens + EXCLUDED.tokens{settle}
 )"""
