@@ -13,8 +13,6 @@ stops; the engine coalesces and publishes them as usual (engine/publish.py).
 from __future__ import annotations
 
 import asyncio
-import gc
-import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -43,9 +41,6 @@ class Tick:
 def main() -> None:
     port, tokens, interval = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     app = create_app(Settings(), providers={"tick": Tick(tokens, interval)})
-    if os.environ.get("BENCH_SERVER_GC_THRESHOLD"):  # e.g. "100000,50,1000"
-        gc.freeze()  # what startup made lives forever: keep it out of every collection
-        gc.set_threshold(*(int(x) for x in os.environ["BENCH_SERVER_GC_THRESHOLD"].split(",")))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio",
                 backlog=2048)
 

@@ -74,3 +74,25 @@ def test_serve_raises_the_soft_limit_toward_the_hard_one() -> None:
                          check=True, preexec_fn=limit).stdout.splitlines()
     assert out[0] == str((low, hard, hard))
     assert int(out[1]) == hard
+
+
+def test_the_gc_thresholds_setting_is_applied_after_freezing_startup(monkeypatch) -> None:
+    import gc
+
+    from ator.obs import gctune
+
+    before = gc.get_threshold()
+    try:
+        monkeypatch.setenv("ATOR_GC_THRESHOLDS", "[]")
+        assert Settings().gc_thresholds == ()
+        gctune.tune(Settings().gc_thresholds)
+        assert gc.get_threshold() == before
+        monkeypatch.setenv("ATOR_GC_THRESHOLDS", "[54321, 7, 3]")
+        gctune.tune(Settings().gc_thresholds)
+        assert gc.get_threshold() == (54321, 7, 3) and gc.get_freeze_count() > 0
+        monkeypatch.setenv("ATOR_GC_THRESHOLDS", "[1, 2]")
+        with pytest.raises(ValueError, match="three non-negative"):
+            Settings()
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

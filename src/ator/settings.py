@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     # Admission: turns this process runs at once. Threads woken beyond it wait durably in
     # the mailbox (only their ids are queued here) and start in wake order as slots free.
     max_turns_in_flight: int = Field(default=1000, ge=1)
+    # Python GC thresholds applied by `ator serve` once started, after freezing what startup
+    # made (obs/gctune.py); JSON, e.g. [700, 10, 10]; [] leaves Python's defaults.
+    gc_thresholds: tuple[int, ...] = (100_000, 50, 1000)
     # Event-loop lag (seconds) above which /readyz reports the process not ready.
     max_loop_lag: float = Field(default=2.0, gt=0)
 
@@ -194,6 +197,13 @@ class Settings(BaseSettings):
         if isinstance(inline, str):
             inline = json.loads(inline)
         return {**data, "prices": {**loaded, **inline}}
+
+    @field_validator("gc_thresholds")
+    @classmethod
+    def _three_thresholds(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if len(value) not in (0, 3) or any(v < 0 for v in value):
+            raise ValueError("three non-negative numbers (generations 0, 1, 2), or []")
+        return value
 
     @field_validator("egress_allow", mode="before")
     @classmethod

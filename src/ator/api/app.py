@@ -18,6 +18,7 @@ from ator.api import mcp_servers, ops, orgs, setups, stream, threads
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.runtime import Ator
+from ator.obs import gctune
 from ator.obs.logging import configure_logging
 from ator.providers.base import Provider
 from ator.realtime import Gateway, SocketRoute
@@ -48,6 +49,8 @@ def create_app(
         gateway.attach(rt)
         try:
             announce_bootstrap(await rt.access.bootstrap())
+            if owned:  # a served process, not a test's runtime
+                gctune.tune(settings.gc_thresholds)
             yield
         finally:
             await gateway.close()
