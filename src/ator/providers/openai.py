@@ -220,8 +220,16 @@ class OpenAIProvider:
         Closing or cancelling the iterator closes the HTTP response."""
         params = build_params(request, max_tokens_param=self._max_tokens_param)
         try:
-            sdk_stream = await self._client.chat.completions.create(
-                **params, stream=True, stream_options={"include_usage": True}
+            # The SDK's own request path (auth, errors, SSE decoding, error events), asked for
+            # the chunks as parsed JSON: building a typed model of every chunk cost more CPU
+            # than everything else a streamed turn does (bench/provider_chunks.py).
+            sdk_stream = await self._client.post(
+                "/chat/completions",
+                body={**params, "stream": True, "stream_options": {"include_usage": True}},
+                cast_to=object,
+                options={"security": {"bearer_auth": True}},
+                stream=True,
+                stream_cls=openai.AsyncStream[object],
             )
         except (openai.OpenAIError, AtorError) as exc:
             raise _map_error(exc) from exc
@@ -283,67 +291,75 @@ class _StreamState:
     model: str
     finish_reason: str | None = None
     refused: bool = False
-    usage: Any = None
+    usage: dict[str, Any] | None = None
     calls: list[_ToolCall] = field(default_factory=list)
     by_index: dict[int, _ToolCall] = field(default_factory=dict)
 
     def handle(self, chunk: Any) -> list[StreamEvent]:
-        """The events of one chunk; [] for a chunk with nothing in it (a keepalive)."""
-        self.model = getattr(chunk, "model", None) or self.model
+        """The events of one chunk (parsed JSON); [] for a chunk with nothing in it (a
+        keepalive)."""
+        if not isinstance(chunk, dict):
+            raise ProviderError("openai: malformed stream chunk", kind="protocol",
+                                retryable=True)
+        self.model = chunk.get("model") or self.model
         out: list[StreamEvent] = []
-        if getattr(chunk, "usage", None) is not None:
-            self.usage = chunk.usage  # the final usage chunk; some servers send it repeatedly
+        if isinstance(usage := chunk.get("usage"), dict):
+            self.usage = usage  # the final usage chunk; some servers send it repeatedly
             out.append(UsageUpdate(self._usage()))
-        for choice in getattr(chunk, "choices", None) or []:
-            if choice.index != 0:
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.delta
-            if delta is not None:
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
                 out.extend(self._delta(delta))
-            if choice.finish_reason is not None and self.finish_reason is None:
-                self.finish_reason = choice.finish_reason
+            finish = choice.get("finish_reason")
+            if finish is not None and self.finish_reason is None:
+                self.finish_reason = str(finish)
                 out.extend(self._finish_tools())
         return out
 
-    def _delta(self, delta: Any) -> list[StreamEvent]:
+    def _delta(self, delta: dict[str, Any]) -> list[StreamEvent]:
         out: list[StreamEvent] = []
-        extra = delta.model_extra or {}
         # vLLM/DeepSeek say reasoning_content, Ollama/OpenRouter say reasoning.
-        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             out.append(ThinkingDelta(reasoning))
-        if delta.content:
-            out.append(TextDelta(delta.content))
-        if delta.refusal:
+        if isinstance(content := delta.get("content"), str) and content:
+            out.append(TextDelta(content))
+        if isinstance(refusal := delta.get("refusal"), str) and refusal:
             self.refused = True
-            out.append(TextDelta(delta.refusal))
-        for call_delta in delta.tool_calls or []:
-            out.extend(self._tool_delta(call_delta))
+            out.append(TextDelta(refusal))
+        for call_delta in delta.get("tool_calls") or ():
+            if isinstance(call_delta, dict):
+                out.extend(self._tool_delta(call_delta))
         return out
 
-    def _tool_delta(self, call_delta: Any) -> list[StreamEvent]:
-        index = call_delta.index
+    def _tool_delta(self, call_delta: dict[str, Any]) -> list[StreamEvent]:
+        index = call_delta.get("index", 0)
+        call_id = call_delta.get("id") or None
         call = self.by_index.get(index)
         # Some servers reuse index 0 for every call; a new id at a known index is a new call.
-        if call is None or (call_delta.id and call.id and call_delta.id != call.id):
+        if call is None or (call_id and call.id and call_id != call.id):
             call = _ToolCall()
             self.by_index[index] = call
             self.calls.append(call)
         out: list[StreamEvent] = []
-        if call_delta.id:
-            call.id = call_delta.id
-        function = call_delta.function
-        if function is not None and function.name:
-            call.name = function.name
+        if call_id:
+            call.id = str(call_id)
+        function = call_delta.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        if function.get("name"):
+            call.name = str(function["name"])
         if not call.started and call.name is not None and call.id is not None:
             call.started = True
             out.append(ToolUseStart(call.id, call.name))
             # Fragments that arrived before the id and name were both known.
             out.extend(ToolInputDelta(call.id, part) for part in call.parts if part)
-        if function is not None and function.arguments:
-            call.parts.append(function.arguments)
+        if isinstance(arguments := function.get("arguments"), str) and arguments:
+            call.parts.append(arguments)
             if call.started and call.id is not None:
-                out.append(ToolInputDelta(call.id, function.arguments))
+                out.append(ToolInputDelta(call.id, arguments))
         return out
 
     def _finish_tools(self) -> list[StreamEvent]:
@@ -375,16 +391,22 @@ class _StreamState:
         u = self.usage
         if u is None:
             return Usage(reported=False)
-        details = getattr(u, "prompt_tokens_details", None)
-        cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
-        written = (getattr(details, "cache_write_tokens", None) or 0) if details else 0
-        prompt = getattr(u, "prompt_tokens", None) or 0
+        details = u.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
+        cached = _count(details.get("cached_tokens"))
+        written = _count(details.get("cache_write_tokens"))
+        prompt = _count(u.get("prompt_tokens"))
         return Usage(
             input_tokens=max(0, prompt - cached - written),
-            output_tokens=getattr(u, "completion_tokens", None) or 0,
+            output_tokens=_count(u.get("completion_tokens")),
             cache_read_tokens=cached,
             cache_write_tokens=written,
         )
+
+
+def _count(value: Any) -> int:
+    """A token count from a usage field (absent, null or not a number: 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _tool_stop(call_id: str, raw: str) -> ToolUseStop:
