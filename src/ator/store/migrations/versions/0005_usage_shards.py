@@ -5,7 +5,7 @@ that reserved (orgs with a limit). Calls of orgs without a limit add their spend
 the other shards, picked by turn, so thousands of concurrent turns of one org update
 different rows. The month's spend is the sum over the shards.
 
-Revision ID: 0009
+Revision ID: 0005
 Revises: 0004
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
+revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
