@@ -17,6 +17,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from ator.errors import Conflict, NotFound
+from ator.security.limits import INSTRUCTIONS_CHARS, check_text
 from ator.store.database import Database
 from ator.store.scope import Scope
 
@@ -90,7 +91,8 @@ async def set_layer(
 ) -> LayerText:
     """Set the layer's text (and, for the org policy, `replace`); returns the new version.
     Raises NotFound (no such thread in this org, or deleted) and Conflict (`if_version` is
-    not the version in force)."""
+    not the version in force); ValidationFailed for text that is too long or holds NUL."""
+    check_text(text, ("text",), INSTRUCTIONS_CHARS)
     params = {**_params(scope, layer, thread_id), "text": text, "replace": replace,
               "if_version": if_version, "set_by": scope.user_id}
     row = (await db.fetch(_set_sql(layer), params, write=True))[0]

@@ -250,6 +250,7 @@ model_calls = sa.Table(
     sa.Column("request_meta", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
     _created(),
     sa.Index("ix_model_calls_turn", "turn_id"),
+    sa.Index("ix_model_calls_thread", "thread_id", "id"),
     sa.Index("ix_model_calls_org_created", "org_id", "created_at"),
 )
 

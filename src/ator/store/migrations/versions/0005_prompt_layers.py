@@ -46,9 +46,12 @@ def upgrade() -> None:
     )
     op.create_index("ix_prompt_versions_owner", "prompt_versions",
                     ["org_id", "layer", "thread_id", "version"])
+    # The inspector diffs a call against the thread's previous one.
+    op.create_index("ix_model_calls_thread", "model_calls", ["thread_id", "id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_model_calls_thread", table_name="model_calls")
     op.drop_index("ix_prompt_versions_owner", table_name="prompt_versions")
     op.drop_table("prompt_versions")
     op.drop_column("threads", "instructions_version")
