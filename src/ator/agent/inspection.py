@@ -95,7 +95,13 @@ def diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> dict[str
                       or new_chain[len(old_chain) - 1] != old_chain[-1]):
         broken.append("messages")  # history rewritten (compaction), not only extended
     changed = list(broken)
-    for key in ("config_hash", "breakpoints"):
-        if before.get(key) != after.get(key):
-            changed.append(key)
+    if before.get("config_hash") != after.get("config_hash"):
+        changed.append("config_hash")
+    # Which parts carry breakpoints, not where: the latest user message moves every call.
+    if _parts(before) != _parts(after):
+        changed.append("breakpoints")
     return {"cache_broken_by": broken, "changed": changed}
+
+
+def _parts(meta: Mapping[str, Any]) -> list[str]:
+    return [str(b).split(":", 1)[0] for b in meta.get("breakpoints", [])]

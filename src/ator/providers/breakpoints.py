@@ -7,7 +7,11 @@ last tool, the latest compaction summary (a user message marked `"summary": True
 compaction; adapters never send the marker), the latest user message, then earlier flagged
 system blocks. The system prompt and the tools are the stable prefix; the summary keeps a
 long conversation's compacted head cached while its tail moves; the latest user message lets
-the next call of the turn read everything before it.
+the next call of the turn read everything before it. One exception, measured in
+bench/prompt_cache.py: when the previous user message ends more than LOOKBACK_BLOCKS blocks
+before the latest one (a step that called many tools), the API's lookback cannot reach the
+previous call's breakpoint, so the previous user message is marked again, in the summary's
+place (its prefix contains the summary anyway).
 """
 
 from __future__ import annotations
@@ -22,11 +26,18 @@ __all__ = ["MAX_BREAKPOINTS", "Breakpoint", "plan_breakpoints"]
 
 #: The Anthropic API rejects a request with more blocks carrying cache_control than this.
 MAX_BREAKPOINTS: Final = 4
+#: How far back (in content blocks) the API looks from a breakpoint for a cached prefix.
+LOOKBACK_BLOCKS: Final = 20
+
+
+def _blocks(messages: Sequence[Message]) -> int:
+    return sum(1 if isinstance(m.get("content"), str) else len(m.get("content") or [])
+               for m in messages)
 
 
 @dataclass(frozen=True, slots=True)
 class Breakpoint:
-    part: str  # "system", "tools", "summary" or "user"
+    part: str  # "system", "tools", "summary", "previous_user" or "user"
     index: int  # the system block, tool or message it follows (a message: its last block)
 
     @property
@@ -48,7 +59,12 @@ def plan_breakpoints(
         chosen.append(Breakpoint("tools", n_tools - 1))
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
     summaries = [i for i in users if messages[i].get("summary") is True]
-    if summaries and (not users or summaries[-1] != users[-1]):
+    if len(users) >= 2 and _blocks(messages[users[-2] + 1:users[-1] + 1]) > LOOKBACK_BLOCKS:
+        # The previous call's breakpoint is beyond the lookback of this one's (a step with
+        # many tool calls): mark it again, or nothing of the conversation is read. Its
+        # prefix holds any summary before it, so it takes the summary's place.
+        chosen.append(Breakpoint("previous_user", users[-2]))
+    elif summaries and summaries[-1] != users[-1]:
         chosen.append(Breakpoint("summary", summaries[-1]))
     if users:
         chosen.append(Breakpoint("user", users[-1]))
