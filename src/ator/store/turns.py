@@ -3,7 +3,8 @@ ator.store.*).
 
 A turn costs few round trips by design (each is measured in tests and bench/):
 
-1. `start_turn`     one statement: read thread + setup + org budget + month spend + prior
+1. `start_turn`     one statement: read thread + setup + org budget + the prompt layers in
+                    force (org policy, thread instructions, their versions) + prior
                     history, drain *all* pending mailbox items (FOR UPDATE SKIP LOCKED),
                     insert the turn, append `turn_started` and the items as events.
 2. `write_step`     one write per persistence point: events + turn usage/heartbeat
