@@ -304,7 +304,8 @@ async def test_inspect_shows_each_call_of_a_turn(cli_env) -> None:
     runtime = await Ator.open(settings, engine=False)
     try:
         ws = await Workspace.open(runtime)
-        [thread] = await runtime.threads(ws.scope)
+        # The session's database is shared: the chat's thread is the org's newest.
+        [thread] = await runtime.threads(ws.scope, limit=1)
         [turn] = await runtime.turns(ws.scope, thread.id)
     finally:
         await runtime.close()
