@@ -23,12 +23,14 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from ator import Scope
+from ator import Ator, Scope
 from ator.api.app import create_app
 from ator.cli.conversation import RemoteConversation, TurnFollower
 from ator.cli.main import app
 from ator.cli.remote import ApiClient, RemoteError
 from ator.cli.render import TurnView
+from ator.cli.workspace import Workspace
+from ator.settings import Settings
 from ator.store import keys as key_store
 from ator.store import orgs as org_store
 from ator.store.database import open_database
@@ -66,7 +68,7 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 def test_help_lists_every_command() -> None:
     result = CliRunner().invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("serve", "migrate", "demo", "chat", "doctor", "admin"):
+    for command in ("serve", "migrate", "demo", "chat", "doctor", "inspect", "admin"):
         assert command in result.output
 
 
@@ -293,3 +295,24 @@ def test_turn_view_holds_deltas_that_run_ahead_of_persisted_steps() -> None:
         "  ╰ turn t1 · end_turn · 2 steps · 7 in / 3 out · $0.000012",
     ]
 
+
+
+async def test_inspect_shows_each_call_of_a_turn(cli_env) -> None:
+    ok(await ator(cli_env, "chat", "--provider", "scripted", "hello"))
+    settings = Settings(database_url=cli_env["ATOR_DATABASE_URL"],
+                        data_dir=cli_env["ATOR_DATA_DIR"])
+    runtime = await Ator.open(settings, engine=False)
+    try:
+        ws = await Workspace.open(runtime)
+        # The session's database is shared: the chat's thread is the org's newest.
+        [thread] = await runtime.threads(ws.scope, limit=1)
+        [turn] = await runtime.turns(ws.scope, thread.id)
+    finally:
+        await runtime.close()
+    out = flat(ok(await ator(cli_env, "inspect", str(turn.id))))
+    assert "step 1" in out and "layers core v1" in out
+    assert "diff first call of the thread" in out
+    raw = json.loads(ok(await ator(cli_env, "inspect", str(turn.id), "--json")))
+    assert raw[0]["turn_id"] == str(turn.id) and raw[0]["request"]["layers"][0]["name"] == "core"
+    missing = await ator(cli_env, "inspect", str(uuid.uuid4()))
+    assert missing.returncode == 1 and "turn not found" in missing.stderr + missing.stdout

@@ -181,6 +181,10 @@ async def test_above_the_threshold_tool_search_finds_tools_callable_from_the_nex
     assert names[0] == "tool_search" and any(n.startswith("big__delete_invoice_")
                                              for n in names)
     assert len(names) <= 2 + 5
+    # Found tools are mounted on demand (the inspector shows it) and appended, so the tools
+    # already sent keep their place in the request.
+    assert [t.on_demand for t in second] == [False] + [True] * (len(names) - 2) + [False]
+    assert [t.spec().on_demand for t in second][1] is True
     assert await ts.tools(s) is second  # unchanged until another search adds something
     other_turn = await ts.tools(scope())
     assert [t.name for t in other_turn] == ["tool_search", "read_tool_result"]

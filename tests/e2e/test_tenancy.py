@@ -75,12 +75,18 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
     tenant.viewer = deployment.client(replica, viewer["key"])
     server = await api.ok("POST", "/v1/mcp-servers", 201, json={
         "name": f"mcp-{tag}", "url": f"https://mcp-{tag}.example/mcp"})
+    await api.ok("PUT", "/v1/org/policy", json={"text": f"policy-{tag}"})
+    await api.ok("PUT", f"/v1/threads/{thread['id']}/instructions",
+                 json={"text": f"instructions-{tag}"})
+    calls = (await api.ok("GET", f"/v1/turns/{end['turn_id']}/calls"))["data"]
     tenant.ids = {
         "org_id": tenant.org_id, "setup_id": setup["id"], "thread_id": thread["id"],
         "turn_id": end["turn_id"], "key_id": viewer["id"], "name": f"secret-{tag}",
-        "parent_id": thread["id"], "server_id": server["id"],
+        "parent_id": thread["id"], "server_id": server["id"], "call_id": str(calls[0]["id"]),
     }
-    tenant.marks = {*tenant.ids.values(), tag, viewer["user_id"], viewer["prefix"]}
+    # A call id is a small integer, found in any response: it is no mark of the tenant.
+    tenant.marks = {*(v for k, v in tenant.ids.items() if k != "call_id"), tag,
+                    viewer["user_id"], viewer["prefix"]}
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +136,8 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
         ("post", "/v1/mcp-servers"): {"name": "made-by-a-tenant",
                                       "url": "https://made.example/mcp"},
         ("patch", "/v1/mcp-servers/{server_id}"): {"enabled": False},
+        ("put", "/v1/org/policy"): {"text": "policy-from-outside"},
+        ("put", "/v1/threads/{thread_id}/instructions"): {"text": "from another org"},
     }
     assert (method, path) in bodies, f"add a valid request body for {method.upper()} {path}"
     return bodies[(method, path)]
@@ -149,7 +157,8 @@ def nobody() -> dict[str, str]:
     return {"org_id": str(uuid.uuid4()), "setup_id": str(uuid.uuid4()),
             "thread_id": str(uuid.uuid4()), "turn_id": str(uuid.uuid4()),
             "key_id": str(uuid.uuid4()), "name": f"no-such-{uuid.uuid4().hex[:8]}",
-            "parent_id": str(uuid.uuid4()), "server_id": str(uuid.uuid4())}
+            "parent_id": str(uuid.uuid4()), "server_id": str(uuid.uuid4()),
+            "call_id": str(2**62 + uuid.uuid4().int % 2**40)}
 
 
 def leaks(text: str, tenant: Tenant) -> set[str]:
@@ -177,6 +186,9 @@ async def snapshot(tenant: Tenant) -> dict[str, Any]:
         "secrets": await api.ok("GET", "/v1/secrets"),
         "mcp_servers": await api.ok("GET", "/v1/mcp-servers"),
         "usage": await api.ok("GET", "/v1/usage", params={"group_by": "thread"}),
+        "policy": await api.ok("GET", "/v1/org/policy"),
+        "instructions": await api.ok("GET", f"/v1/threads/{ids['thread_id']}/instructions"),
+        "calls": await api.ok("GET", f"/v1/turns/{ids['turn_id']}/calls"),
     }
 
 

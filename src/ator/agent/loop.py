@@ -5,8 +5,9 @@ The loop owns no storage. It reports each completed piece to a `StepSink` (the e
 persists it before anything else happens) and returns a typed `Outcome`. Per model call:
 
 - before it: the step's tools are asked of the turn's toolsets, the system prompt is built
-  from the tools actually mounted, and every hook's `before_call` may change the request or
-  end the turn (`StopTurn`: budget, caps);
+  from the turn's layers and the tools actually mounted, and every hook's `before_call` may
+  change the request or end the turn (`StopTurn`: budget, caps); what is then sent is
+  described for the inspector (`state.request_meta`, persisted with the call);
 - `end_turn` / `stop_sequence` → finish;
 - `tool_use` → validate and run all tools concurrently, persist all results as one message,
   then inject what the hooks' `between_steps` return (persisted first), check caps, continue;
@@ -31,7 +32,8 @@ from typing import Any, Protocol
 
 from ator.agent.history import injected_blocks
 from ator.agent.hooks import Injection, LoopHook, StopTurn
-from ator.agent.prompt import build_system
+from ator.agent.inspection import describe
+from ator.agent.prompt import build_system, prompt_layers
 from ator.agent.state import PartialCall, TurnContext, TurnState
 from ator.cost.prices import Priced, PriceTable
 from ator.errors import ProviderError
@@ -66,6 +68,7 @@ class ModelReply:
     priced: Priced
     duration_ms: int
     invalid_inputs: dict[str, str]  # tool_use id -> raw text that was not valid JSON
+    ttft_ms: int | None = None  # time to the first streamed content (None: nothing streamed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,27 +119,29 @@ async def run_loop(
     caps = turn.caps
     first_step = state.steps
     services = dict(services or {})
+    fixed_layers = prompt_layers(turn)
+    injected: list[dict[str, Any]] = []  # notifications added since the previous call
     while True:
         if state.steps - first_step >= caps.max_steps:
             return Outcome("max_steps")
         await tools.refresh(turn.tool_scope(state.steps + 1))
-        system, layers = build_system(persona=turn.persona, instructions=turn.instructions,
-                                      tools=tools.specs)
+        system, layers = build_system(fixed_layers, tools.specs)
         request = ModelRequest(
             model=turn.model, messages=list(state.messages), system=system,
             tools=list(tools.specs), max_tokens=caps.max_output_tokens, user_id=turn.user_id,
             cache=turn.cache,
         )
-        # What the model call will record about its request; hooks may add to it.
-        state.request_meta = {"model": turn.model, "layers": layers,
-                              "config_hash": turn.config_hash}
+        # What the model call will record about its request; hooks may add to it
+        # (compaction applied, MCP problems).
+        state.request_meta = {"config_hash": turn.config_hash, "notifications": injected}
+        injected = []
         try:
             for hook in hooks:
                 request = await hook.before_call(turn, state, request)
         except StopTurn as stop:
             return Outcome(stop.reason, stop.message)
-        state.request_meta["tools"] = [{"name": t.name, "origin": t.origin}
-                                       for t in request.tools]
+        # Described after the hooks: what is recorded is what is sent.
+        state.request_meta.update(describe(request, layers))
         try:
             reply = await _call_with_retries(provider, request, turn, state, prices, sink)
         except TimeoutError:
@@ -144,6 +149,7 @@ async def run_loop(
         except ProviderError as exc:
             return Outcome(f"error:{exc.kind}", exc.message)
         state.partial = None
+        state.request_meta["ttft_ms"] = reply.ttft_ms
         state.steps += 1
         state.usage = state.usage + reply.usage
         state.cost += reply.priced.usd
@@ -166,7 +172,7 @@ async def run_loop(
         results = await _run_tools(turn, state, tools, calls, sink, services)
         await sink.on_tool_results(state.steps, results)
         state.messages.append({"role": "user", "content": [r.block() for r in results]})
-        await _inject(turn, state, hooks, sink)
+        injected = await _inject(turn, state, hooks, sink)
 
 
 async def _run_tools(
@@ -198,14 +204,18 @@ async def _run_tools(
 
 async def _inject(
     turn: TurnContext, state: TurnState, hooks: Sequence[LoopHook], sink: StepSink
-) -> None:
+) -> list[dict[str, Any]]:
+    """Persist, then inject, what the hooks have for the model; returns what the next
+    call's record says was injected (kind, source, size)."""
     items: list[Injection] = []
     for hook in hooks:
         items.extend(await hook.between_steps(turn, state))
     if not items:
-        return
+        return []
     records = await sink.on_injected(state.steps, items)  # persist, then inject
     state.messages[-1]["content"].extend(injected_blocks(records))
+    return [{"kind": r["kind"], "source": r["data"].get("source"),
+             "chars": len(str(r["data"].get("text", "")))} for r in records]
 
 
 def _final_reason(stop_reason: str, has_calls: bool) -> str | None:
@@ -254,6 +264,7 @@ async def _call_once(
     stop: MessageStop | None = None
     loop = asyncio.get_running_loop()
     stall = turn.caps.stall_timeout
+    first_content: float | None = None
     stream = provider.stream(request)
     try:
         async with asyncio.timeout(stall) as watchdog:
@@ -263,6 +274,8 @@ async def _call_once(
                 partial.meter.observe(event)
                 if isinstance(event, Keepalive | UsageUpdate):
                     continue  # signs of life and running usage: nothing to show or assemble
+                if first_content is None:
+                    first_content = time.perf_counter()
                 sink.on_delta(event)
                 _assemble(event, partial, tool_blocks, invalid)
                 if isinstance(event, MessageStop):
@@ -282,6 +295,7 @@ async def _call_once(
         priced=prices.cost(request.model if prices.lookup(request.model) else model, stop.usage),
         duration_ms=int((time.perf_counter() - started) * 1000),
         invalid_inputs=invalid,
+        ttft_ms=None if first_content is None else int((first_content - started) * 1000),
     )
 
 

@@ -38,6 +38,12 @@ class TurnContext:
     caps: Caps
     cache: bool = True
     config_hash: str = ""
+    # The versioned prompt layers in force (agent/prompt.py builds the system prompt).
+    persona_version: int = 0
+    instructions_version: int = 0
+    policy: str = ""
+    policy_version: int = 0
+    policy_replace: bool = False
 
     @property
     def user_id(self) -> str:

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import ator
-from ator.api import mcp_servers, ops, orgs, setups, stream, threads
+from ator.api import mcp_servers, ops, orgs, prompts, setups, stream, threads
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.runtime import Ator
@@ -72,7 +72,7 @@ def create_app(
     app.add_middleware(SocketRoute, gateway=gateway)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_problem_handlers(app)
-    for module in (ops, orgs, setups, threads, stream, mcp_servers):
+    for module in (ops, orgs, setups, threads, stream, mcp_servers, prompts):
         app.include_router(module.router)
     return app
 

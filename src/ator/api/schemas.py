@@ -104,3 +104,20 @@ class MessageIn(_Body):
     text: str = Field(min_length=1, max_length=100_000)
     client_message_id: str | None = Field(default=None, min_length=1, max_length=200,
                                           pattern=r"^[A-Za-z0-9._:\-]+$")
+
+
+class PolicyIn(_Body):
+    """The org's policy prompt layer. `replace`: it stands instead of ator's core
+    instructions (the rule that tool output is data is kept). `if_version`: refuse (409)
+    unless this is the version in force."""
+
+    text: str = Field(max_length=50_000)
+    replace: bool = False
+    if_version: int | None = Field(default=None, ge=0, le=2**31 - 1)
+
+
+class InstructionsIn(_Body):
+    """A thread's instructions layer (see PolicyIn for `if_version`)."""
+
+    text: str = Field(max_length=50_000)
+    if_version: int | None = Field(default=None, ge=0, le=2**31 - 1)

@@ -54,7 +54,10 @@ def freeze(
             "config": redact({k: v for k, v in ctx.config.items() if k != "caps"}),
             "tool_policy": redact(policy),
         },
-        "thread": {"instructions_hash": _digest(ctx.instructions), "depth": ctx.depth},
+        "thread": {"instructions_hash": _digest(ctx.instructions),
+                   "instructions_version": ctx.instructions_version, "depth": ctx.depth},
+        "org": {"policy_hash": _digest(ctx.policy), "policy_version": ctx.policy_version,
+                "policy_replace": ctx.policy_replace},
         "caps": asdict(caps),
     }
     canonical = json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str)

@@ -37,8 +37,10 @@ from ator.cost.prices import PriceTable
 from ator.engine.access import Access
 from ator.engine.actor import Actor, lease_key
 from ator.engine.follow import TurnFollow
+from ator.engine.inspector import Inspector
 from ator.engine.mcp import McpMethods, McpService, StoredResults
 from ator.engine.mcp_notices import McpNotices
+from ator.engine.prompts import Prompts
 from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
 from ator.engine.tenancy import Tenancy
@@ -110,6 +112,8 @@ class Ator(McpMethods):
         self.publisher = Publisher(coord)
         self.access = Access(db, settings)
         self.tenancy = Tenancy(db, master_key)
+        self.prompts = Prompts(db)
+        self.inspector = Inspector(db)
         self.mcp = McpService(settings, db, master_key)
         self.toolsets += [self.mcp.gated, self.mcp.toolset]
         hooks = [McpNotices(self.mcp.toolset), *hooks]

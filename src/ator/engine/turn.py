@@ -165,6 +165,9 @@ class TurnRunner:
             instructions=start.instructions, caps=caps,
             cache=frozen.cache if isinstance(frozen, FrozenConfig) else True,
             config_hash=frozen.hash if isinstance(frozen, FrozenConfig) else "invalid",
+            persona_version=start.setup_version,
+            instructions_version=start.instructions_version, policy=start.policy,
+            policy_version=start.policy_version, policy_replace=start.policy_replace,
         )
 
     async def _drive(

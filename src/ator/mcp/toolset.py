@@ -22,7 +22,7 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -156,7 +156,10 @@ class McpToolset:
             return []
         found = turn.index.search(query, k)
         if any(t.name not in turn.active for t in found):
-            turn.active.update({t.name: t for t in found})
+            # Appended in activation order: the tools already sent keep their place, so the
+            # request's tool list changes only at its end.
+            for t in found:
+                turn.active.setdefault(t.name, replace(t, on_demand=True))
             turn.offered = (self._search, *turn.active.values(), *self.companions)
         return found
 

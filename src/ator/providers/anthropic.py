@@ -38,6 +38,7 @@ from ator.providers.base import (
     Usage,
     UsageUpdate,
 )
+from ator.providers.breakpoints import plan_breakpoints
 from ator.providers.retry import retry_after
 from ator.providers.upstream import connection_error, describe, error_fields, log_raw, ours
 
@@ -69,9 +70,10 @@ def build_params(request: ModelRequest) -> dict[str, Any]:
     text blocks are dropped (the API rejects those too), and so is a message left empty.
     `request.temperature` is not sent: API version 2026-10-21, which SDK 2.x speaks, answers
     any sampling parameter with a 400.
-    With `request.cache`, at most MAX_CACHE_BREAKPOINTS blocks get `cache_control`, by
-    priority: the system prompt (the last block flagged `cache`, else the last block), the last
-    tool, the last block of the last user message, then earlier flagged system blocks.
+    With `request.cache`, at most MAX_CACHE_BREAKPOINTS blocks get `cache_control`, placed
+    by `plan_breakpoints` (providers/breakpoints.py): the system prompt, the last tool, the
+    latest compaction summary, the latest user message, then earlier flagged system blocks.
+    Unknown top-level message keys (the summary marker) are never sent.
     """
     system = [{"type": "text", "text": block.text} for block in request.system if block.text]
     tools = [
@@ -82,9 +84,11 @@ def build_params(request: ModelRequest) -> dict[str, Any]:
         }
         for tool in request.tools
     ]
-    messages = [m for m in (_wire_message(m) for m in request.messages) if m["content"]]
+    kept = [(m, w) for m, w in ((m, _wire_message(m)) for m in request.messages)
+            if w["content"]]
+    messages = [w for _, w in kept]
     if request.cache:
-        _place_breakpoints(request, system, tools, messages)
+        _place_breakpoints(request, system, tools, kept)
 
     params: dict[str, Any] = {
         "model": request.model,
@@ -141,21 +145,18 @@ def _place_breakpoints(
     request: ModelRequest,
     system: list[dict[str, Any]],
     tools: list[dict[str, Any]],
-    messages: list[dict[str, Any]],
+    kept: list[tuple[Message, dict[str, Any]]],
 ) -> None:
-    # `system` skips empty layers, so map flags onto the blocks that were actually kept.
+    # `system` skips empty layers and `kept` empty messages: plan on what is actually sent.
     flags = [block.cache for block in request.system if block.text]
-    flagged = [i for i, flag in enumerate(flags) if flag]
-    chosen: list[dict[str, Any]] = []
-    if system:
-        chosen.append(system[flagged[-1] if flagged else -1])
-    if tools:
-        chosen.append(tools[-1])
-    last_user = next((m for m in reversed(messages) if m["role"] == "user"), None)
-    if last_user is not None:
-        chosen.append(last_user["content"][-1])
-    chosen.extend(system[i] for i in reversed(flagged[:-1]))
-    for block in chosen[:MAX_CACHE_BREAKPOINTS]:
+    for point in plan_breakpoints(flags, len(tools), [m for m, _ in kept],
+                                  limit=MAX_CACHE_BREAKPOINTS):
+        if point.part == "system":
+            block = system[point.index]
+        elif point.part == "tools":
+            block = tools[point.index]
+        else:
+            block = kept[point.index][1]["content"][-1]
         block["cache_control"] = dict(_EPHEMERAL)
 
 

@@ -92,6 +92,7 @@ class ToolSpec:
     input_schema: dict[str, Any]
     origin: str = "native"  # "native", "mcp:<server>", "subagents", …
     read_only: bool = False
+    on_demand: bool = False  # mounted by a search during the turn (the inspector shows it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +107,7 @@ class ModelRequest:
     temperature: float | None = None
     # Stable per thread: providers that support it use it for abuse tracking / cache affinity.
     user_id: str | None = None
-    # Ask the adapter to place prompt-cache breakpoints (system -> tools -> last user).
+    # Ask the adapter to place prompt-cache breakpoints (providers/breakpoints.py).
     cache: bool = True
 
 

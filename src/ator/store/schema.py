@@ -25,6 +25,7 @@ __all__ = [
     "model_calls",
     "org_usage",
     "orgs",
+    "prompt_versions",
     "secrets",
     "setups",
     "threads",
@@ -69,6 +70,11 @@ orgs = sa.Table(
     sa.Column("budget_ceiling_usd", sa.Numeric(14, 6), nullable=True),
     sa.Column("settings", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
     _created(),
+    # The org policy prompt layer in force (admins edit it; every version is kept in
+    # prompt_versions). `policy_replace`: it replaces ator's core layer instead of following it.
+    sa.Column("policy", sa.Text, nullable=False, server_default=""),
+    sa.Column("policy_version", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("policy_replace", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 
 users = sa.Table(
@@ -142,6 +148,8 @@ threads = sa.Table(
     sa.Column("metadata", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
     sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True),
     _created(),
+    # Bumped by every edit of `instructions` (0: as created); old texts are in prompt_versions.
+    sa.Column("instructions_version", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_threads_org_created", "org_id", sa.text("created_at DESC"), "id"),
     sa.Index("ix_threads_parent", "parent_id"),
 )
@@ -242,6 +250,7 @@ model_calls = sa.Table(
     sa.Column("request_meta", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
     _created(),
     sa.Index("ix_model_calls_turn", "turn_id"),
+    sa.Index("ix_model_calls_thread", "thread_id", "id"),
     sa.Index("ix_model_calls_org_created", "org_id", "created_at"),
 )
 
@@ -296,6 +305,25 @@ mcp_servers = sa.Table(
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
     sa.UniqueConstraint("org_id", "name", name="uq_mcp_servers_org_name"),
     sa.CheckConstraint("transport in ('http','stdio')", name="ck_mcp_servers_transport"),
+)
+
+# Every version of an editable prompt layer (the org policy, a thread's instructions) ever
+# set; the one in force is also on its owner's row, where a turn's start reads it.
+prompt_versions = sa.Table(
+    "prompt_versions",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _org(),
+    sa.Column("layer", sa.Text, nullable=False),
+    sa.Column("thread_id", UUID(as_uuid=True), sa.ForeignKey("threads.id", ondelete="CASCADE"),
+              nullable=True),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("replace", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("set_by", UUID(as_uuid=True), nullable=True),
+    sa.Column("set_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.Index("ix_prompt_versions_owner", "org_id", "layer", "thread_id", "version"),
+    sa.CheckConstraint("layer in ('org_policy','thread')", name="ck_prompt_versions_layer"),
 )
 
 # Tool results stored whole when longer than what the model reads at once (paged by the

@@ -3,7 +3,8 @@ ator.store.*).
 
 A turn costs few round trips by design (each is measured in tests and bench/):
 
-1. `start_turn`     one statement: read thread + setup + org budget + month spend + prior
+1. `start_turn`     one statement: read thread + setup + org budget + the prompt layers in
+                    force (org policy, thread instructions, their versions) + prior
                     history, drain *all* pending mailbox items (FOR UPDATE SKIP LOCKED),
                     insert the turn, append `turn_started` and the items as events.
 2. `write_step`     one write per persistence point: events + turn usage/heartbeat
@@ -65,6 +66,7 @@ WITH _ctx AS (
   SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
          t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
          s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,
+         t.instructions_version, o.policy, o.policy_version, o.policy_replace,
          (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
                                                        'data', e.data) ORDER BY e.seq), '[]')
             FROM events e
@@ -150,6 +152,11 @@ class TurnStart:
     deleted: bool
     monthly_budget_usd: Decimal | None  # the limit in force: min(org budget, ceiling)
     history: list[dict[str, Any]]
+    # The editable prompt layers in force (store/prompts.py), read in the same statement.
+    instructions_version: int = 0
+    policy: str = ""
+    policy_version: int = 0
+    policy_replace: bool = False
 
 
 async def start_turn(
@@ -172,7 +179,8 @@ async def start_turn(
         r["provider"], r["model"], r["persona"], r["config"], r["tool_policy"],
         r["instructions"], r["parent_id"], r["root_id"], r["depth"],
         r["deleted_at"] is not None, r["monthly_budget_usd"],
-        r["history"],
+        r["history"], r["instructions_version"], r["policy"], r["policy_version"],
+        r["policy_replace"],
     )
     events = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)

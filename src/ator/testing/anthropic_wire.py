@@ -8,16 +8,28 @@ cumulative usage, `message_stop`. Errors use the API's envelope
 in-stream `event: error`. It rejects what the real API rejects and tests care about: more than 4
 `cache_control` blocks, thinking blocks without a signature, missing auth or version header.
 
+With `prompt_cache=True` the fake also simulates Anthropic's prompt cache, so the input, cache
+read and cache write tokens it reports follow from the requests rather than the script: the
+prompt is the sequence tools → system → message blocks; every block carrying `cache_control`
+stores the prefix ending there (per fake instance, per model); a request reads the longest
+stored prefix that ends at or up to 20 blocks before one of its breakpoints, writes the rest
+up to its last breakpoint, and pays plain input for what follows. Tokens are bytes of the
+canonical JSON ÷ 4. (No minimum cacheable length and no TTL: the real API has both.)
+
 The SDK's `base_url` is the bare origin: the Anthropic SDK appends `/v1/messages` itself.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ator.testing.wire import (
     RecordedRequest,
     Reply,
+    ScriptItem,
     StreamError,
     WireFake,
     WireUsage,
@@ -27,7 +39,7 @@ from ator.testing.wire import (
     tool_arguments,
 )
 
-__all__ = ["AnthropicWireFake"]
+__all__ = ["AnthropicWireFake", "PromptCache"]
 
 MAX_CACHE_BREAKPOINTS = 4
 
@@ -55,11 +67,86 @@ def _count_cache_control(value: Any) -> int:
     return 0
 
 
+#: How many blocks before a breakpoint the API looks for an earlier cached prefix.
+LOOKBACK_BLOCKS = 20
+BYTES_PER_TOKEN = 4
+
+
+def _segments(body: dict[str, Any]) -> list[tuple[bytes, bool]]:
+    """The prompt as the cache sees it: one segment per tool, system block and message
+    block, each with whether it carries a breakpoint."""
+    def canonical(value: Any) -> bytes:
+        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+    def strip(block: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in block.items() if k != "cache_control"}
+
+    out: list[tuple[bytes, bool]] = []
+    for tool in body.get("tools") or []:
+        out.append((canonical(strip(tool)), "cache_control" in tool))
+    system = body.get("system")
+    for block in [{"type": "text", "text": system}] if isinstance(system, str) else system or []:
+        out.append((canonical(strip(block)), "cache_control" in block))
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for i, block in enumerate(blocks or []):
+            head = {"role": message.get("role")} if i == 0 else {}
+            out.append((canonical({**head, **strip(block)}), "cache_control" in block))
+    return out
+
+
+class PromptCache:
+    """The simulated prompt cache of one fake: hashes of the prefixes stored so far."""
+
+    def __init__(self) -> None:
+        self.stored: set[str] = set()
+
+    def usage(self, body: dict[str, Any], output_tokens: int) -> WireUsage:
+        """The usage a request reports (and store its breakpoints' prefixes)."""
+        digest = hashlib.sha256(str(body.get("model")).encode())
+        hashes: list[str] = []
+        tokens: list[int] = []
+        size = 0
+        marks: list[int] = []
+        for k, (segment, mark) in enumerate(_segments(body)):
+            digest.update(segment)
+            hashes.append(digest.copy().hexdigest())
+            size += len(segment)
+            tokens.append(size // BYTES_PER_TOKEN)
+            if mark:
+                marks.append(k)
+        total = size // BYTES_PER_TOKEN
+        read = 0
+        for end in marks:
+            for k in range(end, max(-1, end - LOOKBACK_BLOCKS - 1), -1):
+                if hashes[k] in self.stored:
+                    read = max(read, tokens[k])
+                    break
+        cached_end = tokens[marks[-1]] if marks else 0
+        write = max(0, cached_end - read)
+        self.stored.update(hashes[k] for k in marks)
+        return WireUsage(input_tokens=total - read - write, output_tokens=output_tokens,
+                         cache_write_tokens=write, cache_read_tokens=read)
+
+
 class AnthropicWireFake(WireFake):
-    """Fake Anthropic API. `base_url` is the origin (the SDK adds `/v1/messages`)."""
+    """Fake Anthropic API. `base_url` is the origin (the SDK adds `/v1/messages`).
+    `prompt_cache=True` simulates the prompt cache (see the module docstring)."""
 
     endpoint: ClassVar[str] = "/v1/messages"
     base_path: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        script: Iterable[ScriptItem] = (),
+        *,
+        chunk_size: int | None = None,
+        strict: bool = True,
+        prompt_cache: bool = False,
+    ) -> None:
+        super().__init__(script, chunk_size=chunk_size, strict=strict)
+        self.cache = PromptCache() if prompt_cache else None
 
     def extra_headers(self) -> dict[str, str]:
         return {"request-id": self.next_id("req_fake")}
@@ -123,6 +210,8 @@ class AnthropicWireFake(WireFake):
         body = request.body if isinstance(request.body, dict) else {}
         model = reply.model or body.get("model") or "claude-fake"
         usage = reply.usage or WireUsage(0, 0, 0, 0)
+        if self.cache is not None:
+            usage = self.cache.usage(body, usage.output_tokens)
         start = reply.start_usage or WireUsage(
             usage.input_tokens, 1, usage.cache_write_tokens, usage.cache_read_tokens
         )

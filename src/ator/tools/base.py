@@ -93,10 +93,12 @@ class Tool:
     # Results come from outside the process and are labelled as data. Native tools that
     # fetch outside content (web pages, files) set it too.
     untrusted: bool = False
+    # Mounted for this turn by a search (`tool_search`), not offered from the start.
+    on_demand: bool = False
 
     def spec(self, description: str | None = None) -> ToolSpec:
         return ToolSpec(self.name, self.description if description is None else description,
-                        self.input_schema, self.origin, self.read_only)
+                        self.input_schema, self.origin, self.read_only, self.on_demand)
 
 
 @dataclass(frozen=True, slots=True)
