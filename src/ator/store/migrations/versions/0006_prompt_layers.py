@@ -4,8 +4,8 @@ The text in force lives on its owner's row (`orgs.policy`, `threads.instructions
 reads it in the statement that starts it; every version ever set is kept in
 `prompt_versions` (version 0 is what the org or thread started with and has no row).
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import UUID
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
