@@ -24,6 +24,7 @@ from typing import Any
 from uuid import UUID
 
 from ator.agent.caps import CapCeilings, Caps
+from ator.agent.compaction import CompactionHook, Stash
 from ator.agent.history import build_messages
 from ator.agent.hooks import LoopHook
 from ator.agent.loop import Outcome, run_loop
@@ -31,7 +32,9 @@ from ator.agent.state import TurnContext, TurnState
 from ator.context import org_id_var, thread_id_var, turn_id_var
 from ator.cost.prices import PriceTable
 from ator.engine.budget import BudgetGate
+from ator.engine.compaction import ContextPolicy
 from ator.engine.config import FrozenConfig, freeze
+from ator.engine.mcp import StoredResults
 from ator.engine.publish import Publisher
 from ator.engine.steps import StepWriter, TurnLost
 from ator.errors import AtorError
@@ -45,6 +48,7 @@ from ator.store import turns as turn_store
 from ator.store.database import Database
 from ator.store.events import HISTORY_KINDS
 from ator.store.scope import Scope
+from ator.tools.base import ToolContext
 from ator.tools.toolset import Toolset, TurnTools
 
 __all__ = ["TurnHandle", "TurnRunner"]
@@ -90,8 +94,10 @@ class TurnRunner:
         hooks: Sequence[LoopHook] = (),
         services: Mapping[type, object] | None = None,
         metrics: Metrics | None = None,
+        context: ContextPolicy | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
+        self.context = context or ContextPolicy()
         self.db = db
         self.publisher = publisher
         self.providers = providers
@@ -133,7 +139,8 @@ class TurnRunner:
                 frozen = exc
                 snapshot = turn_store.Snapshot({"error": exc.message}, "invalid")
             history = start.history + [
-                {"kind": e.kind, "data": e.data} for e in started if e.kind in HISTORY_KINDS
+                {"seq": e.seq, "kind": e.kind, "data": e.data}
+                for e in started if e.kind in HISTORY_KINDS
             ]
             state = TurnState(messages=build_messages(history), abort=handle.abort)
             turn = self._context(start, turn_id, frozen)
@@ -221,9 +228,27 @@ class TurnRunner:
         # A lease keeps the provider's client open for the whole turn even if the cache
         # evicts it meanwhile.
         async with self.providers.lease(start.provider, start.config, resolve) as provider:
+            # Compaction first: the gate then reserves for the request actually sent, and
+            # the summary call passes the gate like any call.
+            compaction = CompactionHook(
+                provider=provider, sink=writer, prices=self.prices,
+                limits=self.context.limits(start.provider, start.model, start.config),
+                gates=[gate], stash=self._stash(turn))
             return await run_loop(turn, state, provider=provider, tools=tools, sink=writer,
-                                  prices=self.prices, hooks=[gate, *self.hooks],
+                                  prices=self.prices, hooks=[compaction, gate, *self.hooks],
                                   services=self.services)
+
+    def _stash(self, turn: TurnContext) -> Stash | None:
+        """Where an item too long to send is stored whole (read back with read_tool_result)."""
+        results = self.services.get(StoredResults)
+        if not isinstance(results, StoredResults):
+            return None
+        ctx = ToolContext(turn.org_id, turn.thread_id, turn.turn_id, "compaction")
+
+        async def stash(text: str) -> str:
+            return await results.stash(ctx, text)
+
+        return stash
 
 
 def _stopped(reason: str) -> tuple[str, str | None]:
