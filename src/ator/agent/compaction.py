@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ator.agent.history import summary_message
-from ator.agent.hooks import LoopHook
+from ator.agent.hooks import LoopHook, StopTurn
 from ator.agent.loop import StepSink, call_model
 from ator.agent.state import PartialCall, TurnContext, TurnState
 from ator.agent.tokens import request_bytes
@@ -256,8 +256,15 @@ class CompactionHook(LoopHook):
         )
         for gate in self.gates:  # reserved like any call; a refusal ends the turn
             ask = await gate.before_call(turn, state, ask)
-        reply = await call_model(self.provider, ask, turn, self.prices, _no_delta,
-                                 PartialCall(state.steps))
+        try:
+            reply = await call_model(self.provider, ask, turn, self.prices, _no_delta,
+                                     PartialCall(state.steps))
+        except TimeoutError:
+            raise StopTurn("stalled", f"the compaction call sent no event for "
+                                      f"{turn.caps.stall_timeout:g}s") from None
+        except ProviderError as exc:
+            raise StopTurn(f"error:{exc.kind}",
+                           f"the compaction call failed: {exc.message}") from None
         state.usage = state.usage + reply.usage
         state.cost += reply.priced.usd
         text = "".join(str(b.get("text", "")) for b in reply.message["content"]

@@ -1,0 +1,175 @@
+"""Compaction end to end: the real `anthropic` SDK against the wire-level fake, real
+PostgreSQL. A 60-iteration session with 32 KiB tool results behind a 100 KB transport limit
+keeps answering; a "prompt is too long" compacts and retries once; a later turn starts from
+the summary, not the whole thread."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+
+from ator.agent.history import build_messages
+from ator.store import turns as turn_store
+from ator.store.events import HISTORY_KINDS
+from ator.store.schema import events, model_calls
+from ator.store.scope import Scope
+from ator.testing import AnthropicWireFake, HttpError, RecordedRequest, Reply, ToolCall, WireUsage
+from ator.tools.base import Tool, ToolContext
+from tests.conftest import ended, wait_for_event
+
+LIMIT = 100_000
+RESULT = 32 * 1024
+MODEL = "claude-haiku-4-5"
+
+
+async def _page(args: dict[str, Any], ctx: ToolContext) -> str:
+    word = f"page{args['n']} "
+    return (word * (RESULT // len(word) + 1))[:RESULT]
+
+
+PAGE = Tool(name="fetch_page", description="Fetch page n.",
+            input_schema={"type": "object", "properties": {"n": {"type": "integer"}},
+                          "required": ["n"]},
+            handler=_page)
+
+
+class Model:
+    """The fake's model: a summary when asked without tools, else `fetch_page` until
+    `iterations` calls were made, then an answer. Reports the body size as input tokens."""
+
+    def __init__(self, iterations: int) -> None:
+        self.iterations = iterations
+        self.calls = 0
+        self.summaries = 0
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        usage = WireUsage(input_tokens=len(request.raw) // 4, output_tokens=40)
+        if "tools" not in request.body:
+            self.summaries += 1
+            return Reply(text=f"Summary {self.summaries}: pages 1..{self.calls} fetched.",
+                         usage=usage)
+        if self.calls < self.iterations:
+            self.calls += 1
+            return Reply(tool_calls=[ToolCall("fetch_page", {"n": self.calls},
+                                              id=f"toolu_{uuid.uuid4().hex[:12]}")],
+                         usage=usage)
+        return Reply(text=f"Read {self.calls} pages.", usage=usage)
+
+
+def _paired(body: dict[str, Any]) -> bool:
+    """Every tool_use answered in the next message, every tool_result answering the previous."""
+    msgs = body["messages"]
+    for i, m in enumerate(msgs):
+        blocks = m["content"] if isinstance(m["content"], list) else []
+        uses = {b["id"] for b in blocks if b.get("type") == "tool_use"}
+        results = {b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"}
+        if uses:
+            nxt = msgs[i + 1]["content"] if i + 1 < len(msgs) else []
+            if {b.get("tool_use_id") for b in nxt if b.get("type") == "tool_result"} != uses:
+                return False
+        if results:
+            prev = msgs[i - 1]["content"] if i > 0 else []
+            if {b.get("id") for b in prev if b.get("type") == "tool_use"} != results:
+                return False
+    return True
+
+
+async def _thread(ator: Any, fake: AnthropicWireFake, **config: Any) -> tuple[Scope, Any]:
+    scope = Scope((await ator.create_org(f"o-{uuid.uuid4().hex[:6]}")).id)
+    await ator.put_secret(scope, "anthropic", "sk-ant-test")
+    setup = await ator.create_setup(
+        scope, name="s", provider="anthropic", model=MODEL,
+        config={"api_key": "secret:anthropic", "base_url": fake.base_url,
+                "caps": {"max_steps": 100, "tool_result_chars": 40_000,
+                         "max_turn_tokens": 5_000_000}, **config})
+    return scope, await ator.create_thread(scope, setup.id)
+
+
+async def _rows(ator: Any, table: Any, thread_id: Any) -> list[Any]:
+    return list(await ator.db.read(sa.select(table).where(table.c.thread_id == thread_id)))
+
+
+async def test_sixty_iterations_of_32k_results_fit_a_100kb_transport(make_ator) -> None:
+    model = Model(iterations=60)
+    async with AnthropicWireFake(responder=model, max_body_bytes=LIMIT) as fake, \
+            make_ator(tools=[PAGE], egress_allow="127.0.0.1") as ator:
+        scope, thread = await _thread(ator, fake, body_limit=LIMIT)
+        result = await ator.ask(scope, thread.id, "Read pages 1 to 60.", timeout=120)
+        assert (result.text, result.status) == ("Read 60 pages.", "done"), result
+        assert model.calls == 60 and model.summaries >= 10
+
+        sizes = [len(r.raw) for r in fake.requests]
+        assert max(sizes) <= LIMIT and fake.failures == []
+        assert all(_paired(r.body) for r in fake.requests)
+        # Without compaction the 61st call would have carried all 60 results.
+        assert 60 * RESULT > 19 * LIMIT
+
+        calls = await _rows(ator, model_calls, thread.id)
+        compactions = [c for c in calls if c.purpose == "compaction"]
+        assert len(compactions) == model.summaries
+        assert all(c.priced and c.cost_usd > 0 and c.model == MODEL for c in compactions)
+        summaries = [e for e in await _rows(ator, events, thread.id) if e.kind == "compaction"]
+        assert len(summaries) == model.summaries
+        assert all(e.data["bytes_after"] < e.data["bytes_before"] for e in summaries)
+        # Billed to the turn: its cost is every call's, compaction calls included.
+        turn = (await ator.turns(scope, thread.id))[0]
+        assert turn.status == "done"
+        assert turn.cost_usd == sum((c.cost_usd for c in calls), Decimal(0))
+        # The call after a compaction says so, for the inspector.
+        metas = [c.request_meta for c in calls if c.purpose == "step"]
+        assert sum(1 for m in metas if "compaction" in m) == model.summaries
+
+        # The next turn starts from the latest summary and what follows it.
+        everything = [e for e in await _rows(ator, events, thread.id)
+                      if e.kind in HISTORY_KINDS]
+        start, started = await turn_store.start_turn(ator.db, scope, thread.id, uuid.uuid4(),
+                                                     owner="probe")
+        assert started == []  # nothing pending: a read, no turn
+        assert len(start.history) < len(everything) // 10
+        read = [e["seq"] for e in start.history if e["kind"] == "compaction"]
+        assert read == [max(e.seq for e in summaries)]  # only the latest summary
+        messages = build_messages(start.history)
+        assert messages[0].get("summary") is True
+        assert f"Summary {model.summaries}" in messages[0]["content"][0]["text"]
+
+        fake.push(Reply(text="Sixty pages, all about pages."))
+        before = len(fake.requests)
+        answer = await ator.ask(scope, thread.id, "What did you find?", timeout=60)
+        assert answer.text == "Sixty pages, all about pages."
+        first = fake.requests[before].body["messages"]
+        assert f"Summary {model.summaries}" in first[0]["content"][0]["text"]
+        assert len(fake.requests[before].raw) <= LIMIT
+
+
+async def test_prompt_too_long_compacts_and_retries_once(make_ator) -> None:
+    model = Model(iterations=3)
+    too_long = HttpError(400, "prompt is too long: 210000 tokens > 200000 maximum",
+                         error_type="invalid_request_error")
+    async with AnthropicWireFake(responder=model) as fake, \
+            make_ator(tools=[PAGE], egress_allow="127.0.0.1") as ator:
+        scope, thread = await _thread(ator, fake)
+        await ator.ask(scope, thread.id, "Read three pages.", timeout=60)
+        assert model.summaries == 0  # far under the limits: nothing to compact
+
+        fake.push(too_long)
+        answer = await ator.ask(scope, thread.id, "And a summary?", timeout=60)
+        assert answer.text == "Read 3 pages."
+        assert model.summaries == 1
+        retried = fake.requests[-1].body["messages"]
+        assert "Summary 1" in retried[0]["content"][0]["text"] and _paired(
+            fake.requests[-1].body)
+        calls = await _rows(ator, model_calls, thread.id)
+        assert [c.purpose for c in calls].count("compaction") == 1
+        assert calls[-1].request_meta["compaction"]["forced"] is True
+
+        # A second refusal after the compaction ends the turn with its typed reason.
+        fake.push(too_long, Reply(text="Summary again."), too_long)
+        await ator.submit(scope, thread.id, "Once more?")
+        end = await wait_for_event(ator, scope, thread.id,
+                                   lambda e: ended(e) and e.data["status"] != "done")
+        assert end.data["stop_reason"] == "error:context_overflow"
+        assert "retried once" in end.data["error"]
+        assert fake.remaining == 0
