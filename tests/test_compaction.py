@@ -5,20 +5,27 @@ the summary, not the whole thread."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from decimal import Decimal
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from ator.agent.history import build_messages
+from ator.agent.tokens import request_bytes
+from ator.errors import ProviderError, ValidationFailed
+from ator.providers.base import ModelRequest
+from ator.providers.config import parse_provider_config
+from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store import turns as turn_store
 from ator.store.events import HISTORY_KINDS
 from ator.store.schema import events, model_calls
 from ator.store.scope import Scope
 from ator.testing import AnthropicWireFake, HttpError, RecordedRequest, Reply, ToolCall, WireUsage
 from ator.tools.base import Tool, ToolContext
-from tests.conftest import ended, wait_for_event
+from tests.conftest import ended, new_thread, wait_for_event
 
 LIMIT = 100_000
 RESULT = 32 * 1024
@@ -129,6 +136,8 @@ async def test_sixty_iterations_of_32k_results_fit_a_100kb_transport(make_ator) 
                                                      owner="probe")
         assert started == []  # nothing pending: a read, no turn
         assert len(start.history) < len(everything) // 10
+        read_bytes = len(json.dumps([e["data"] for e in start.history]))
+        assert read_bytes < len(json.dumps([e.data for e in everything])) // 10
         read = [e["seq"] for e in start.history if e["kind"] == "compaction"]
         assert read == [max(e.seq for e in summaries)]  # only the latest summary
         messages = build_messages(start.history)
@@ -173,3 +182,60 @@ async def test_prompt_too_long_compacts_and_retries_once(make_ator) -> None:
         assert end.data["stop_reason"] == "error:context_overflow"
         assert "retried once" in end.data["error"]
         assert fake.remaining == 0
+
+
+async def test_an_oversized_result_is_never_sent_whole(make_ator) -> None:
+    async def dump(args: dict[str, Any], ctx: ToolContext) -> str:
+        return "y" * 2_000_000
+
+    provider = ScriptedProvider([ScriptStep(tool_calls=[("dump", {})]), ScriptStep(text="ok")])
+    provider.record_requests = True
+    tool = Tool(name="dump", description="A 2 MB result.",
+                input_schema={"type": "object", "properties": {}}, handler=dump)
+    async with make_ator(providers={"s": provider}, tools=[tool]) as ator:
+        scope, thread = await new_thread(ator, "s", config={
+            "body_limit": LIMIT, "caps": {"tool_result_chars": 1_000_000}})
+        result = await ator.ask(scope, thread.id, "dump it", timeout=30)
+        assert result.status == "done"
+        sent = provider.requests[1]
+        block = sent.messages[-1]["content"][0]
+        assert block["type"] == "tool_result" and "cut by ator" in block["content"]
+        assert request_bytes(sent) <= LIMIT * 0.8
+        # The history keeps what the tool returned (cut only at the tool result cap).
+        stored = [e for e in await _rows(ator, events, thread.id) if e.kind == "tool_results"]
+        assert len(stored[0].data["results"][0]["content"]) == 1_000_000
+
+
+def test_context_keys_of_a_setup_are_checked() -> None:
+    for bad in ({"body_limit": 10}, {"context_window": "big"}, {"compaction_model": ""},
+                {"context_window": True}):
+        with pytest.raises(ValidationFailed) as err:
+            parse_provider_config("anthropic", bad)
+        assert err.value.code == "invalid_config"
+    ok = parse_provider_config("openai", {"body_limit": 100_000, "context_window": 32_768,
+                                          "compaction_model": "gpt-4o-mini"})
+    assert ok.body_limit == 100_000
+
+
+async def test_a_failed_compaction_call_ends_the_turn_with_its_typed_reason(make_ator) -> None:
+    async def page(args: dict[str, Any], ctx: ToolContext) -> str:
+        return "z" * 1500
+
+    def respond(request: ModelRequest) -> ScriptStep:
+        if not request.tools:  # the summary call
+            return ScriptStep(error=ProviderError("upstream broke", kind="server"))
+        return ScriptStep(tool_calls=[("page", {})])
+
+    provider = ScriptedProvider(responder=respond)
+    tool = Tool(name="page", description="A page.",
+                input_schema={"type": "object", "properties": {}}, handler=page)
+    async with make_ator(providers={"s": provider}, tools=[tool]) as ator:
+        # 1024 tokens x 4 bytes x 0.8: three 1.5 kB results do not fit.
+        scope, thread = await new_thread(ator, "s", config={"context_window": 1024})
+        result = await ator.ask(scope, thread.id, "read", timeout=30)
+        assert (result.status, result.stop_reason) == ("error", "error:server")
+        turn = await ator.turn(scope, result.turn_id)
+        assert "the compaction call failed: upstream broke" in (turn.error or "")
+        calls = await _rows(ator, model_calls, thread.id)
+        assert {c.purpose for c in calls} == {"step"}  # nothing half-written
+        assert not [e for e in await _rows(ator, events, thread.id) if e.kind == "compaction"]
