@@ -206,9 +206,13 @@ class CompactionHook(LoopHook):
             request = replace(request, messages=list(state.messages))
         size = request_bytes(request)
         forced, self._force = self._force, False
-        if size > budget or forced:
+        if forced:
+            # The provider refused what we estimated would fit: aim well under what it saw.
+            budget = min(budget, int(size * 0.7))
+        if size > budget:
             request = await self._compact(turn, state, request, size, budget, forced)
-        self._last = (request_bytes(request), state.usage)
+            size = request_bytes(request)
+        self._last = (size, state.usage)
         return request
 
     async def on_overflow(
