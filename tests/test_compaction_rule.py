@@ -3,7 +3,10 @@ limits from settings and setup, and the summary marker adapters must not send.""
 
 from __future__ import annotations
 
+import io
 import json
+
+from rich.console import Console
 
 from ator.agent.compaction import (
     ContextLimits,
@@ -15,6 +18,7 @@ from ator.agent.compaction import (
 )
 from ator.agent.history import build_messages, summary_message
 from ator.agent.windows import DEFAULT_WINDOW, LOCAL_WINDOW, context_window
+from ator.cli.render import TurnView
 from ator.engine.compaction import ContextPolicy
 from ator.providers import anthropic, local, openai
 from ator.providers.base import ModelRequest
@@ -161,3 +165,13 @@ async def test_the_scripted_provider_reads_past_the_marker() -> None:
         {"role": "user", "content": [{"type": "text", "text": "hello"}]}])
     texts = [e.text async for e in provider.stream(request) if hasattr(e, "text")]
     assert "".join(texts) == "You said: hello"
+
+
+def test_the_cli_shows_a_compaction_as_one_line() -> None:
+    out = io.StringIO()
+    view = TurnView(Console(file=out, width=120, no_color=True))
+    view.started("t1")
+    view.event({"kind": "compaction", "data": {"through_seq": 41, "summary": "s",
+                                               "bytes_before": 90_000, "bytes_after": 30_000}})
+    assert out.getvalue().splitlines()[-1] == (
+        "  ⇣ compacted: history through event 41 summarized (90000 -> 30000 bytes)")
