@@ -5,6 +5,7 @@ the summary, not the whole thread."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from decimal import Decimal
@@ -16,7 +17,7 @@ import sqlalchemy as sa
 from ator.agent.history import build_messages
 from ator.agent.tokens import request_bytes
 from ator.errors import ProviderError, ValidationFailed
-from ator.providers.base import ModelRequest
+from ator.providers.base import ModelRequest, Usage
 from ator.providers.config import parse_provider_config
 from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store import turns as turn_store
@@ -239,3 +240,38 @@ async def test_a_failed_compaction_call_ends_the_turn_with_its_typed_reason(make
         calls = await _rows(ator, model_calls, thread.id)
         assert {c.purpose for c in calls} == {"step"}  # nothing half-written
         assert not [e for e in await _rows(ator, events, thread.id) if e.kind == "compaction"]
+
+
+async def test_a_summary_cut_short_by_a_stop_is_billed_and_not_taken_for_a_reply(
+    make_ator,
+) -> None:
+    async def page(args: dict[str, Any], ctx: ToolContext) -> str:
+        return "z" * 1500
+
+    summarizing = asyncio.Event()
+
+    def respond(request: ModelRequest) -> ScriptStep:
+        if not request.tools:  # the summary call: streams a little, then hangs
+            summarizing.set()
+            return ScriptStep(text="partial summary", hang_after_text=True,
+                              usage=Usage(input_tokens=700, output_tokens=0))
+        return ScriptStep(tool_calls=[("page", {})])
+
+    tool = Tool(name="page", description="A page.",
+                input_schema={"type": "object", "properties": {}}, handler=page)
+    async with make_ator(providers={"s": ScriptedProvider(responder=respond)},
+                         tools=[tool]) as ator:
+        scope, thread = await new_thread(ator, "s", config={"context_window": 1024})
+        await ator.submit(scope, thread.id, "read")
+        async with asyncio.timeout(30):
+            await summarizing.wait()
+        assert await ator.stop(scope, thread.id)
+        end = await wait_for_event(ator, scope, thread.id, ended)
+        assert end.data["stop_reason"] == "cancelled:user"
+        calls = await _rows(ator, model_calls, thread.id)
+        cut = [c for c in calls if c.purpose == "compaction"]
+        assert len(cut) == 1 and cut[0].input_tokens == 700 and cut[0].output_tokens > 0
+        assert cut[0].usage_estimated and cut[0].request_meta["interrupted"] is True
+        logged = await _rows(ator, events, thread.id)
+        assert "partial summary" not in json.dumps([e.data for e in logged])
+        assert not [e for e in logged if e.kind == "compaction"]

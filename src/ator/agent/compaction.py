@@ -260,9 +260,11 @@ class CompactionHook(LoopHook):
         )
         for gate in self.gates:  # reserved like any call; a refusal ends the turn
             ask = await gate.before_call(turn, state, ask)
+        # In flight it is the turn's call: a stop or timeout now bills what it consumed.
+        state.partial = PartialCall(state.steps, purpose="compaction", model=model)
         try:
             reply = await call_model(self.provider, ask, turn, self.prices, _no_delta,
-                                     PartialCall(state.steps))
+                                     state.partial)
         except TimeoutError:
             raise StopTurn("stalled", f"the compaction call sent no event for "
                                       f"{turn.caps.stall_timeout:g}s") from None
@@ -271,6 +273,7 @@ class CompactionHook(LoopHook):
                            f"the compaction call failed: {exc.message}") from None
         state.usage = state.usage + reply.usage
         state.cost += reply.priced.usd
+        state.partial = None  # billed below, with the summary
         text = "".join(str(b.get("text", "")) for b in reply.message["content"]
                        if b.get("type") == "text").strip()
         summary = text or "[the compaction model returned no summary]"

@@ -131,7 +131,7 @@ class StepWriter:
 
     async def finish(
         self, stop_reason: str, error: str | None,
-        interrupted: tuple[Item, turn_store.ModelCallRow] | None = None,
+        interrupted: tuple[Item | None, turn_store.ModelCallRow] | None = None,
     ) -> None:
         """Close the turn when the loop did not (caps before a call, errors, stops): the held
         reply and a cut-short call's partial reply (billed) are written with the end."""
@@ -142,7 +142,8 @@ class StepWriter:
             if billed is not None:  # two calls to bill: the held one goes first, on its own
                 await self._write(items, billed=billed)
                 items = []
-            items.append(interrupted[0])
+            if interrupted[0] is not None:
+                items.append(interrupted[0])
             billed = interrupted[1]
         items.append(self._ended(stop_reason, error))
         try:
@@ -178,9 +179,10 @@ class StepWriter:
 
     def interrupted_call(
         self, usd: Any, priced: bool
-    ) -> tuple[Item, turn_store.ModelCallRow] | None:
+    ) -> tuple[Item | None, turn_store.ModelCallRow] | None:
         """The call in flight when the turn was cut short, as an `interrupted` assistant
-        event and its billed row; None when nothing was streamed or reported."""
+        event (none for a compaction call: its text is no reply) and its billed row; None
+        when nothing was streamed or reported."""
         partial = self._state.partial
         if partial is None:
             return None
@@ -188,6 +190,10 @@ class StepWriter:
         text = [b for b in partial.blocks if b["type"] == "text" and b.get("text")]
         if not text and usage.total_tokens == 0:
             return None
+        if partial.purpose == "compaction":
+            return None, self._call_row(partial.step, None, usage, usd, priced, 0,
+                                        "compaction", model=partial.model,
+                                        meta={"purpose": "compaction", "interrupted": True})
         event: Item = ("assistant", {"content": partial.blocks, "stop_reason": None,
                                      "step": partial.step, "interrupted": True})
         return event, self._call_row(partial.step, None, usage, usd, priced, 0, "interrupted")

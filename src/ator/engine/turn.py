@@ -152,7 +152,8 @@ class TurnRunner:
             else:
                 stop, error = await self._drive(start, turn, frozen, state, writer, handle)
             if not writer.finished:
-                priced = self.prices.cost(turn.model, _usage_of(state))
+                model = state.partial.model if state.partial is not None else None
+                priced = self.prices.cost(model or turn.model, _usage_of(state))
                 interrupted = writer.interrupted_call(priced.usd, priced.priced)
                 await asyncio.shield(writer.finish(stop, error, interrupted))
             return True
