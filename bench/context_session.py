@@ -9,8 +9,9 @@ The real `anthropic` SDK talks HTTP to ator's wire-level Anthropic fake; a nativ
 returns `--result-kib` KiB per call. "before" runs the session with no limit that compaction
 would act on (what every request would have been); "after" with the transport body limit
 `--limit`, as the fake enforces it (a larger body is a 413). Prints one JSON line per run:
-step calls, compaction calls, bytes per step call (mean, p50, max), total bytes sent, and
-the USD billed. Without ATOR_DATABASE_URL it starts the embedded PostgreSQL.
+step calls, compaction calls, bytes per step call (mean, p50, max), total bytes sent, the
+USD billed, and what the next turn's start reads of the thread's history (rows and bytes, of
+all). Without ATOR_DATABASE_URL it starts the embedded PostgreSQL.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from pgserver import PgServer
 
 from ator.engine.runtime import Ator
 from ator.settings import Settings
-from ator.store.schema import model_calls
+from ator.store import turns as turn_store
+from ator.store.events import HISTORY_KINDS
+from ator.store.schema import events, model_calls
 from ator.store.scope import Scope
 from ator.testing import AnthropicWireFake, RecordedRequest, Reply, ToolCall, WireUsage
 from ator.tools.base import Tool, ToolContext
@@ -91,6 +94,11 @@ async def session(url: str, data_dir: str, *, iterations: int, size: int,
                                     timeout=600)
             rows = list(await ator.db.read(sa.select(model_calls).where(
                 model_calls.c.thread_id == thread.id)))
+            # What the next turn's start reads (nothing is pending: a read, no turn).
+            start, _ = await turn_store.start_turn(ator.db, scope, thread.id, uuid.uuid4(),
+                                                   owner="bench")
+            logged = [r.data for r in await ator.db.read(sa.select(events.c.data).where(
+                events.c.thread_id == thread.id, events.c.kind.in_(HISTORY_KINDS)))]
         finally:
             await ator.close()
     steps = [len(r.raw) for r in fake.requests if "tools" in r.body]
@@ -104,6 +112,10 @@ async def session(url: str, data_dir: str, *, iterations: int, size: int,
         "bytes_sent_total": sum(len(r.raw) for r in fake.requests),
         "usd": str(sum((r.cost_usd for r in rows), start=0)),
         "over_limit_requests": len(fake.failures),
+        "next_turn_start_reads": {"rows": len(start.history),
+                                  "bytes": len(json.dumps([e["data"] for e in start.history])),
+                                  "of_rows": len(logged),
+                                  "of_bytes": len(json.dumps(logged))},
     }
 
 
