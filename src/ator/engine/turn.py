@@ -4,9 +4,12 @@ cost, security, engine.*).
 `TurnRunner.run` is called by the actor while it holds the thread's lease:
 
   begin turn: read the context and drain *all* pending items into events (1 statement) →
-  freeze config → rebuild history from events → agent loop, whose step writer persists every
-  model reply and every batch of tool results as it completes (1 statement each) → finish
-  with a typed stop reason (folded into the last write when the model ended the turn).
+  freeze config → rebuild history from events (from the latest compaction summary on) →
+  agent loop, whose step writer persists every model reply and every batch of tool results
+  as it completes (1 statement each) → finish with a typed stop reason (folded into the last
+  write when the model ended the turn). Before every model call the compaction hook keeps the
+  request inside the model's window and the endpoint's body limit (`engine/compaction.py`
+  says which), then the budget gate reserves for it.
 
 Every way a turn can end is typed: the model finished (`done`), a cap or the budget ended it,
 a stop, a lost lease or closed row (`TurnLost`), a typed `AtorError`, or any other exception
