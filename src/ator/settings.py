@@ -107,6 +107,16 @@ class Settings(BaseSettings):
     # Where a setup's config.model_path (provider "local") may point; unset: nowhere.
     local_models_dir: Path | None = None
 
+    # Context (agent/compaction.py). Before every model call the request must fit
+    # min(model window, transport body limit) x compaction_threshold, else the oldest part of
+    # the conversation is summarized. Windows (tokens) by model-id prefix override the
+    # built-in table, e.g. {"my-llama": 32768}; body limits (bytes) are per process endpoint
+    # (a setup with its own base_url sets config.body_limit for its proxy).
+    model_windows: dict[str, Annotated[int, Field(ge=1024)]] = Field(default_factory=dict)
+    anthropic_body_limit: int = Field(default=32 * 1024 * 1024, ge=4096)
+    openai_body_limit: int = Field(default=32 * 1024 * 1024, ge=4096)
+    compaction_threshold: float = Field(default=0.8, gt=0.1, le=1.0)
+
     # Built provider clients kept for reuse (LRU; an evicted idle client is closed).
     provider_cache_size: int = Field(default=64, ge=1)
 
@@ -174,7 +184,7 @@ class Settings(BaseSettings):
     log_json: bool | None = None
     log_level: str = "INFO"
 
-    @field_validator("prices", "cap_ceilings", mode="before")
+    @field_validator("prices", "cap_ceilings", "model_windows", mode="before")
     @classmethod
     def _json_text(cls, value: Any) -> Any:
         """JSON text given in code (the environment's is decoded by pydantic-settings)."""

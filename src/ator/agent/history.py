@@ -18,6 +18,12 @@ process memory. The rules:
 - A tool call left without a result (the turn died, was stopped, or hit a cap between the
   call and its result) gets a synthetic `is_error` result, so the history stays valid for
   every provider and the model learns what happened.
+- A `compaction` event replaces every event up to its `through_seq` with its summary: the
+  history is the latest summary (a user message marked `"summary": True`) followed by the
+  events after `through_seq` (records carry `seq` for this). The cut always falls before an
+  assistant message, so the summary is followed by the assistant.
+- Each assistant message carries `"seq"` (of its event) when the records have one, so a
+  later compaction can name where it cuts. Adapters send only role and content.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 from ator.providers.base import Block, Message
 from ator.tools.base import result_block, untrusted
 
-__all__ = ["build_messages", "injected_blocks", "interruption_note"]
+__all__ = ["build_messages", "injected_blocks", "interruption_note", "summary_message"]
 
 _UNFINISHED = {
     "stopped": "was stopped ({who}) before it finished",
@@ -61,6 +67,24 @@ def injected_blocks(records: Iterable[dict[str, Any]]) -> list[Block]:
     ]
 
 
+def summary_message(text: str) -> Message:
+    """The user message that stands for the compacted part of a conversation."""
+    return {"role": "user", "summary": True, "content": [{
+        "type": "text",
+        "text": "<summary of the earlier conversation, written by ator's compaction>\n"
+                f"{text}\n</summary>"}]}
+
+
+def _compacted(events: list[dict[str, Any]]) -> tuple[Message | None, list[dict[str, Any]]]:
+    """The latest summary, and the records it does not replace (in order)."""
+    latest = next((e for e in reversed(events) if e["kind"] == "compaction"), None)
+    if latest is None:
+        return None, events
+    through = int(latest["data"].get("through_seq", 0))
+    rest = [e for e in events if e["kind"] != "compaction" and int(e.get("seq", 0)) > through]
+    return summary_message(str(latest["data"].get("summary", ""))), rest
+
+
 def _user_blocks(data: dict[str, Any]) -> list[Block]:
     content = data.get("content")
     if isinstance(content, str):
@@ -72,22 +96,26 @@ def _user_blocks(data: dict[str, Any]) -> list[Block]:
 
 
 def build_messages(events: Iterable[dict[str, Any]]) -> list[Message]:
-    """Turn `{"kind", "data"}` records (in seq order) into alternating user/assistant messages."""
-    messages: list[Message] = []
+    """Turn `{"kind", "data"}` records (in seq order, with `seq` when a compaction is among
+    them) into alternating user/assistant messages."""
+    summary, records = _compacted(list(events))
+    messages: list[Message] = [summary] if summary is not None else []
     pending_calls: dict[str, str] = {}  # tool_use id -> name, awaiting a result
     note: str | None = None  # about the last turn, told before the next user content
 
-    def push(role: str, blocks: list[Block]) -> None:
+    def push(role: str, blocks: list[Block], seq: Any = None) -> None:
         nonlocal note
         if not blocks:
             return
         if role == "user" and note is not None:
             blocks = [{"type": "text", "text": note}, *blocks]
             note = None
-        if messages and messages[-1]["role"] == role:
+        if messages and messages[-1]["role"] == role and not messages[-1].get("summary"):
             messages[-1]["content"].extend(blocks)
         else:
             messages.append({"role": role, "content": list(blocks)})
+            if role == "assistant" and seq is not None:
+                messages[-1]["seq"] = seq
 
     def close_dangling(reason: str) -> None:
         if pending_calls:
@@ -98,7 +126,7 @@ def build_messages(events: Iterable[dict[str, Any]]) -> list[Message]:
             ])
             pending_calls.clear()
 
-    for ev in events:
+    for ev in records:
         kind, data = ev["kind"], ev["data"]
         if kind == "message":
             close_dangling("the turn ended before the tool finished")
@@ -110,7 +138,7 @@ def build_messages(events: Iterable[dict[str, Any]]) -> list[Message]:
             close_dangling("the turn ended before the tool finished")
             interrupted = bool(data.get("interrupted"))
             blocks = [b for b in data.get("content", []) if _sendable(b, interrupted)]
-            push("assistant", blocks)
+            push("assistant", blocks, ev.get("seq"))
             for b in blocks:
                 if b["type"] == "tool_use":
                     pending_calls[b["id"]] = b["name"]

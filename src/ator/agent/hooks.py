@@ -1,5 +1,5 @@
 """Loop hooks: the seam features plug into instead of growing branches in the loop (layer:
-agent; imports agent.state, providers.base).
+agent; imports agent.state, errors, providers.base).
 
 A hook may act at two points of every turn:
 
@@ -9,6 +9,11 @@ A hook may act at two points of every turn:
 - `between_steps(turn, state)`: after a step's tool results are persisted and before the
   next call; returns items to inject (subagent results, notices). The loop persists them
   first and only then shows them to the model, labelled as data (persist, then inject).
+- `on_overflow(turn, state, error)`: the provider refused the call as too long for its
+  context or its transport (`ProviderError(kind="context_overflow")`). A hook that can make
+  the next request smaller (compaction) prepares that and returns True; the loop then builds
+  the request again, runs every `before_call`, and retries once. A second overflow ends the
+  turn with `error:context_overflow`.
 
 Hooks run in the order given; each sees what the previous one returned.
 """
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ator.agent.state import TurnContext, TurnState
+from ator.errors import ProviderError
 from ator.providers.base import ModelRequest
 
 __all__ = ["Injection", "LoopHook", "StopTurn"]
@@ -54,3 +60,9 @@ class LoopHook:
 
     async def between_steps(self, turn: TurnContext, state: TurnState) -> Sequence[Injection]:
         return ()
+
+    async def on_overflow(
+        self, turn: TurnContext, state: TurnState, error: ProviderError
+    ) -> bool:
+        """True when this hook will make the retried request smaller."""
+        return False

@@ -1,5 +1,5 @@
 """What a model call was sent, as the inspector records it, and how two calls differ
-(layer: agent; imports providers.base, providers.breakpoints).
+(layer: agent; imports agent.tokens, providers.base, providers.breakpoints, usage).
 
 `describe` runs before every call (the loop stores the result with the call, in
 `model_calls.request_meta`, written by the step's own statement). It records hashes of each
@@ -16,13 +16,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ator.agent.tokens import request_bytes
 from ator.providers.base import ModelRequest, ToolSpec
 from ator.providers.breakpoints import plan_breakpoints
+from ator.usage import estimate_tokens
 
-__all__ = ["BYTES_PER_TOKEN", "describe", "diff"]
-
-#: Bytes of serialized request per token, for estimates (providers report the real count).
-BYTES_PER_TOKEN = 4
+__all__ = ["describe", "diff"]
 
 
 def _hash(value: Any) -> str:
@@ -47,11 +46,8 @@ def describe(request: ModelRequest, layers: Sequence[Mapping[str, Any]]) -> dict
         wire = {"role": message.get("role"), "content": message.get("content")}
         previous = _hash(previous + _hash(wire))[:12]
         chain.append(previous)
-    body = {"system": [b.text for b in request.system],
-            "tools": [{"name": t.name, "description": t.description,
-                       "input_schema": t.input_schema} for t in request.tools],
-            "messages": request.messages}
-    size = len(json.dumps(body, separators=(",", ":"), default=str).encode())
+    # The same measure compaction applies (agent/tokens.py), so the two never disagree.
+    size = request_bytes(request)
     plan = plan_breakpoints([b.cache for b in request.system], len(request.tools),
                             request.messages) if request.cache else []
     return {
@@ -63,7 +59,7 @@ def describe(request: ModelRequest, layers: Sequence[Mapping[str, Any]]) -> dict
         "messages": {"count": len(chain), "chain": chain},
         "breakpoints": [p.label for p in plan],
         "request_bytes": size,
-        "estimated_tokens": -(-size // BYTES_PER_TOKEN),
+        "estimated_tokens": estimate_tokens(size),
     }
 
 

@@ -14,7 +14,11 @@ persists it before anything else happens) and returns a typed `Outcome`. Per mod
 - `pause_turn` → call again with the partial answer;
 - `max_tokens` / `refusal` → finish with that reason;
 - transient provider errors are retried with jitter, honouring `retry-after`; a provider
-  silent for `stall_timeout` ends the turn as `stalled`.
+  silent for `stall_timeout` ends the turn as `stalled`;
+- a context overflow (the provider refused the request as too long) asks the hooks'
+  `on_overflow` to make the next request smaller (compaction); if one will, the request is
+  built again and retried once, else (or on a second overflow) the turn ends with
+  `error:context_overflow` saying what was tried.
 
 While a call streams, `state.partial` holds what it produced and what the provider reported
 it consumed, so a turn cut short (stop, timeout, stall) can persist and bill it. Wall time is
@@ -26,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,12 +54,13 @@ from ator.providers.base import (
     ToolUseStart,
     ToolUseStop,
     Usage,
+    UsageMeter,
     UsageUpdate,
 )
 from ator.tools.base import ToolCall, ToolContext, ToolOutcome
 from ator.tools.toolset import TurnTools
 
-__all__ = ["ModelReply", "Outcome", "StepSink", "run_loop"]
+__all__ = ["ModelReply", "Outcome", "StepSink", "call_model", "run_loop"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +99,14 @@ class StepSink(Protocol):
         """Persist injected items as events; returns their `{"kind", "data"}` records."""
         ...
 
+    async def on_compaction(self, step: int, reply: ModelReply, record: dict[str, Any],
+                            meta: dict[str, Any]) -> None:
+        """A compaction summary was made by `reply` (a model call of its own): persist the
+        call (billed, `purpose='compaction'`, `meta` as its request record) and a
+        `compaction` event carrying `record` (the summary and the seq range it replaces),
+        in one write."""
+        ...
+
     async def flush(self) -> None:
         """Make everything reported so far durable now (a sink may batch a reply with the
         tool results that follow it)."""
@@ -121,6 +134,7 @@ async def run_loop(
     services = dict(services or {})
     fixed_layers = prompt_layers(turn)
     injected: list[dict[str, Any]] = []  # notifications added since the previous call
+    overflow_retried = False  # one forced compaction and one retry per model call
     while True:
         if state.steps - first_step >= caps.max_steps:
             return Outcome("max_steps")
@@ -143,11 +157,22 @@ async def run_loop(
         # Described after the hooks: what is recorded is what is sent.
         state.request_meta.update(describe(request, layers))
         try:
-            reply = await _call_with_retries(provider, request, turn, state, prices, sink)
+            state.partial = PartialCall(state.steps + 1)
+            reply = await call_model(provider, request, turn, prices, sink.on_delta,
+                                     state.partial)
         except TimeoutError:
             return Outcome("stalled", f"no provider event for {caps.stall_timeout:g}s")
         except ProviderError as exc:
-            return Outcome(f"error:{exc.kind}", exc.message)
+            if exc.kind != "context_overflow":
+                return Outcome(f"error:{exc.kind}", exc.message)
+            if overflow_retried:
+                return Outcome("error:context_overflow", _after_retry(exc, state))
+            if not await _shrink(turn, state, hooks, exc):
+                return Outcome("error:context_overflow", exc.message)
+            state.partial = None
+            overflow_retried = True
+            continue
+        overflow_retried = False
         state.partial = None
         state.request_meta["ttft_ms"] = reply.ttft_ms
         state.steps += 1
@@ -218,6 +243,25 @@ async def _inject(
              "chars": len(str(r["data"].get("text", "")))} for r in records]
 
 
+async def _shrink(
+    turn: TurnContext, state: TurnState, hooks: Sequence[LoopHook], error: ProviderError
+) -> bool:
+    """Ask every hook to make the retried request smaller; True if one will."""
+    will = False
+    for hook in hooks:
+        will = await hook.on_overflow(turn, state, error) or will
+    return will
+
+
+def _after_retry(error: ProviderError, state: TurnState) -> str:
+    tried = state.request_meta.get("compaction")
+    what = "compacted the conversation" if tried else "made the request smaller"
+    sizes = (f" ({tried.get('bytes_before')} -> {tried.get('bytes_after')} bytes)"
+             if isinstance(tried, dict) else "")
+    return (f"{error.message}; ator {what}{sizes} and retried once, and the provider "
+            "still refused the request as too long")
+
+
 def _final_reason(stop_reason: str, has_calls: bool) -> str | None:
     if stop_reason == "tool_use" and has_calls:
         return None
@@ -228,18 +272,25 @@ def _final_reason(stop_reason: str, has_calls: bool) -> str | None:
     return stop_reason  # max_tokens, refusal
 
 
-async def _call_with_retries(
+async def call_model(
     provider: Provider,
     request: ModelRequest,
     turn: TurnContext,
-    state: TurnState,
     prices: PriceTable,
-    sink: StepSink,
+    on_delta: Callable[[StreamEvent], None],
+    partial: PartialCall,
 ) -> ModelReply:
+    """One model call, with transient errors retried (jitter, `retry-after`) up to the
+    turn's `provider_retries`. `partial` collects what streams (and what the provider says it
+    consumed) so a call cut short can be billed; `on_delta` sees each content event.
+
+    Raises ProviderError (not retryable, or retries spent) and TimeoutError (stalled)."""
     attempt = 0
     while True:
         try:
-            return await _call_once(provider, request, turn, state, prices, sink)
+            partial.blocks.clear()  # a retried attempt starts afresh
+            partial.meter = UsageMeter()
+            return await _call_once(provider, request, turn, prices, on_delta, partial)
         except ProviderError as exc:
             if not exc.retryable or attempt >= turn.caps.provider_retries:
                 raise
@@ -252,13 +303,11 @@ async def _call_once(
     provider: Provider,
     request: ModelRequest,
     turn: TurnContext,
-    state: TurnState,
     prices: PriceTable,
-    sink: StepSink,
+    on_delta: Callable[[StreamEvent], None],
+    partial: PartialCall,
 ) -> ModelReply:
     started = time.perf_counter()
-    partial = PartialCall(state.steps + 1)
-    state.partial = partial
     tool_blocks: dict[str, Block] = {}
     invalid: dict[str, str] = {}
     stop: MessageStop | None = None
@@ -276,7 +325,7 @@ async def _call_once(
                     continue  # signs of life and running usage: nothing to show or assemble
                 if first_content is None:
                     first_content = time.perf_counter()
-                sink.on_delta(event)
+                on_delta(event)
                 _assemble(event, partial, tool_blocks, invalid)
                 if isinstance(event, MessageStop):
                     stop = event

@@ -65,6 +65,9 @@ class PartialCall:
     step: int
     blocks: list[Block] = field(default_factory=list)
     meter: UsageMeter = field(default_factory=UsageMeter)
+    # A compaction summary in flight is billed when cut short, but its text is no reply.
+    purpose: str = "step"
+    model: str | None = None  # when not the turn's (a compaction model)
 
     def usage(self) -> Usage:
         return self.meter.usage()

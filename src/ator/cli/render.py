@@ -166,6 +166,11 @@ class TurnView:
             for result in data.get("results", []):
                 self._tool_result(result)
             self._step_done(self._persisted - 1)
+        elif kind == "compaction":
+            self._close_line()
+            self.out.print(Text(
+                f"  ⇣ compacted: history through event {data.get('through_seq')} summarized "
+                f"({data.get('bytes_before')} -> {data.get('bytes_after')} bytes)", style="dim"))
         elif kind == "turn_ended":
             self._close_line()
 

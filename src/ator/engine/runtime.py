@@ -36,6 +36,7 @@ from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
 from ator.engine.access import Access
 from ator.engine.actor import Actor, lease_key
+from ator.engine.compaction import ContextPolicy
 from ator.engine.follow import TurnFollow
 from ator.engine.inspector import Inspector
 from ator.engine.mcp import McpMethods, McpService, StoredResults
@@ -123,6 +124,7 @@ class Ator(McpMethods):
             prices=prices, master_key=master_key, owner=self.owner,
             engine_version=ator.__version__, budget_fail_closed=settings.budget_fail_closed,
             cap_ceilings=settings.cap_ceilings, hooks=list(hooks), services=services,
+            context=ContextPolicy.from_settings(settings),
         )
         self.actor = Actor(db=db, coord=coord, runner=self.runner, owner=self.owner,
                            lease_ttl=settings.lease_ttl,

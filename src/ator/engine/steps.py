@@ -2,9 +2,10 @@
 imports agent, store, engine.publish, obs, outcome).
 
 The loop reports to a `StepWriter` (it implements the loop's `StepSink`). Each transition —
-a model reply, a batch of tool results, injected notifications, the turn's end, a reply cut
-short — is one `write_step` composed from parts (events, a billed model call, the snapshot,
-the end, and whatever a feature adds), committed, then announced.
+a model reply, a batch of tool results, injected notifications, a compaction summary with
+its billed call, the turn's end, a reply cut short — is one `write_step` composed from parts
+(events, a billed model call, the snapshot, the end, and whatever a feature adds),
+committed, then announced.
 
 A model reply that asked for tools is held until its tool results arrive, so a step with
 fast tools is one write (assistant message, model call and results together). The loop calls
@@ -52,6 +53,16 @@ class TurnLost(AtorError):
 class _Held:
     event: Item
     call: turn_store.ModelCallRow
+    message: dict[str, Any]  # the reply as the loop holds it, stamped with its seq once written
+
+
+def _stamp(held: _Held, written: list[Any]) -> None:
+    """Mark the loop's copy of a persisted reply with its event's seq: compaction names the
+    history it replaces by seq, and cuts only before an assistant message."""
+    for event in written:
+        if event.kind == "assistant":
+            held.message["seq"] = event.seq
+            return
 
 
 class StepWriter:
@@ -83,7 +94,7 @@ class StepWriter:
         call = self._call_row(step, reply.stop_reason, reply.usage, reply.priced.usd,
                               reply.priced.priced, reply.duration_ms)
         if final is None:
-            self._held = _Held(event, call)
+            self._held = _Held(event, call, reply.message)
             return
         await self._write([event, self._ended(final, None)], billed=call,
                           finish=turn_store.Finished(status_of(final), final, None))
@@ -91,7 +102,7 @@ class StepWriter:
     async def flush(self) -> None:
         held, self._held = self._held, None
         if held is not None:
-            await self._write([held.event], billed=held.call)
+            _stamp(held, await self._write([held.event], billed=held.call))
 
     async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None:
         item: Item = ("tool_results", {"step": step, "results": [r.record() for r in results]})
@@ -99,7 +110,15 @@ class StepWriter:
         if held is None:
             await self._write([item])
         else:
-            await self._write([held.event, item], billed=held.call)
+            _stamp(held, await self._write([held.event, item], billed=held.call))
+
+    async def on_compaction(self, step: int, reply: ModelReply, record: dict[str, Any],
+                            meta: dict[str, Any]) -> None:
+        await self.flush()  # a held reply bills its own call first (one call per write)
+        call = self._call_row(step, reply.stop_reason, reply.usage, reply.priced.usd,
+                              reply.priced.priced, reply.duration_ms, "compaction",
+                              model=str(record.get("model") or self._turn.model), meta=meta)
+        await self._write([("compaction", {**record, "step": step})], billed=call)
 
     async def on_injected(self, step: int, items: Sequence[Injection]) -> list[dict[str, Any]]:
         events = await self._write([(i.kind, {**i.data, "step": step}) for i in items])
@@ -112,7 +131,7 @@ class StepWriter:
 
     async def finish(
         self, stop_reason: str, error: str | None,
-        interrupted: tuple[Item, turn_store.ModelCallRow] | None = None,
+        interrupted: tuple[Item | None, turn_store.ModelCallRow] | None = None,
     ) -> None:
         """Close the turn when the loop did not (caps before a call, errors, stops): the held
         reply and a cut-short call's partial reply (billed) are written with the end."""
@@ -123,7 +142,8 @@ class StepWriter:
             if billed is not None:  # two calls to bill: the held one goes first, on its own
                 await self._write(items, billed=billed)
                 items = []
-            items.append(interrupted[0])
+            if interrupted[0] is not None:
+                items.append(interrupted[0])
             billed = interrupted[1]
         items.append(self._ended(stop_reason, error))
         try:
@@ -142,24 +162,27 @@ class StepWriter:
         })
 
     def _call_row(self, step: int, stop_reason: str | None, usage: Any, usd: Any,
-                  priced: bool, duration_ms: int, purpose: str = "step",
+                  priced: bool, duration_ms: int, purpose: str = "step", *,
+                  model: str | None = None, meta: dict[str, Any] | None = None,
                   ) -> turn_store.ModelCallRow:
         return turn_store.ModelCallRow(
-            step=step, provider=self._turn.provider, model=self._turn.model,
+            step=step, provider=self._turn.provider, model=model or self._turn.model,
             stop_reason=stop_reason, input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
             cache_write_tokens=usage.cache_write_tokens, usage_reported=usage.reported,
             usage_estimated=usage.estimated,
             cost_usd=usd, priced=priced, duration_ms=duration_ms,
-            request_meta=self._state.request_meta, setup_id=self._turn.setup_id,
+            request_meta=self._state.request_meta if meta is None else meta,
+            setup_id=self._turn.setup_id,
             purpose=purpose,
         )
 
     def interrupted_call(
         self, usd: Any, priced: bool
-    ) -> tuple[Item, turn_store.ModelCallRow] | None:
+    ) -> tuple[Item | None, turn_store.ModelCallRow] | None:
         """The call in flight when the turn was cut short, as an `interrupted` assistant
-        event and its billed row; None when nothing was streamed or reported."""
+        event (none for a compaction call: its text is no reply) and its billed row; None
+        when nothing was streamed or reported."""
         partial = self._state.partial
         if partial is None:
             return None
@@ -167,6 +190,10 @@ class StepWriter:
         text = [b for b in partial.blocks if b["type"] == "text" and b.get("text")]
         if not text and usage.total_tokens == 0:
             return None
+        if partial.purpose == "compaction":
+            return None, self._call_row(partial.step, None, usage, usd, priced, 0,
+                                        "compaction", model=partial.model,
+                                        meta={"purpose": "compaction", "interrupted": True})
         event: Item = ("assistant", {"content": partial.blocks, "stop_reason": None,
                                      "step": partial.step, "interrupted": True})
         return event, self._call_row(partial.step, None, usage, usd, priced, 0, "interrupted")

@@ -4,9 +4,12 @@ cost, security, engine.*).
 `TurnRunner.run` is called by the actor while it holds the thread's lease:
 
   begin turn: read the context and drain *all* pending items into events (1 statement) →
-  freeze config → rebuild history from events → agent loop, whose step writer persists every
-  model reply and every batch of tool results as it completes (1 statement each) → finish
-  with a typed stop reason (folded into the last write when the model ended the turn).
+  freeze config → rebuild history from events (from the latest compaction summary on) →
+  agent loop, whose step writer persists every model reply and every batch of tool results
+  as it completes (1 statement each) → finish with a typed stop reason (folded into the last
+  write when the model ended the turn). Before every model call the compaction hook keeps the
+  request inside the model's window and the endpoint's body limit (`engine/compaction.py`
+  says which), then the budget gate reserves for it.
 
 Every way a turn can end is typed: the model finished (`done`), a cap or the budget ended it,
 a stop, a lost lease or closed row (`TurnLost`), a typed `AtorError`, or any other exception
@@ -24,6 +27,7 @@ from typing import Any
 from uuid import UUID
 
 from ator.agent.caps import CapCeilings, Caps
+from ator.agent.compaction import CompactionHook, Stash
 from ator.agent.history import build_messages
 from ator.agent.hooks import LoopHook
 from ator.agent.loop import Outcome, run_loop
@@ -31,7 +35,9 @@ from ator.agent.state import TurnContext, TurnState
 from ator.context import org_id_var, thread_id_var, turn_id_var
 from ator.cost.prices import PriceTable
 from ator.engine.budget import BudgetGate
+from ator.engine.compaction import ContextPolicy
 from ator.engine.config import FrozenConfig, freeze
+from ator.engine.mcp import StoredResults
 from ator.engine.publish import Publisher
 from ator.engine.steps import StepWriter, TurnLost
 from ator.errors import AtorError
@@ -45,6 +51,7 @@ from ator.store import turns as turn_store
 from ator.store.database import Database
 from ator.store.events import HISTORY_KINDS
 from ator.store.scope import Scope
+from ator.tools.base import ToolContext
 from ator.tools.toolset import Toolset, TurnTools
 
 __all__ = ["TurnHandle", "TurnRunner"]
@@ -90,8 +97,10 @@ class TurnRunner:
         hooks: Sequence[LoopHook] = (),
         services: Mapping[type, object] | None = None,
         metrics: Metrics | None = None,
+        context: ContextPolicy | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
+        self.context = context or ContextPolicy()
         self.db = db
         self.publisher = publisher
         self.providers = providers
@@ -133,7 +142,8 @@ class TurnRunner:
                 frozen = exc
                 snapshot = turn_store.Snapshot({"error": exc.message}, "invalid")
             history = start.history + [
-                {"kind": e.kind, "data": e.data} for e in started if e.kind in HISTORY_KINDS
+                {"seq": e.seq, "kind": e.kind, "data": e.data}
+                for e in started if e.kind in HISTORY_KINDS
             ]
             state = TurnState(messages=build_messages(history), abort=handle.abort)
             turn = self._context(start, turn_id, frozen)
@@ -145,7 +155,8 @@ class TurnRunner:
             else:
                 stop, error = await self._drive(start, turn, frozen, state, writer, handle)
             if not writer.finished:
-                priced = self.prices.cost(turn.model, _usage_of(state))
+                model = state.partial.model if state.partial is not None else None
+                priced = self.prices.cost(model or turn.model, _usage_of(state))
                 interrupted = writer.interrupted_call(priced.usd, priced.priced)
                 await asyncio.shield(writer.finish(stop, error, interrupted))
             return True
@@ -224,9 +235,27 @@ class TurnRunner:
         # A lease keeps the provider's client open for the whole turn even if the cache
         # evicts it meanwhile.
         async with self.providers.lease(start.provider, start.config, resolve) as provider:
+            # Compaction first: the gate then reserves for the request actually sent, and
+            # the summary call passes the gate like any call.
+            compaction = CompactionHook(
+                provider=provider, sink=writer, prices=self.prices,
+                limits=self.context.limits(start.provider, start.model, start.config),
+                gates=[gate], stash=self._stash(turn))
             return await run_loop(turn, state, provider=provider, tools=tools, sink=writer,
-                                  prices=self.prices, hooks=[gate, *self.hooks],
+                                  prices=self.prices, hooks=[compaction, gate, *self.hooks],
                                   services=self.services)
+
+    def _stash(self, turn: TurnContext) -> Stash | None:
+        """Where an item too long to send is stored whole (read back with read_tool_result)."""
+        results = self.services.get(StoredResults)
+        if not isinstance(results, StoredResults):
+            return None
+        ctx = ToolContext(turn.org_id, turn.thread_id, turn.turn_id, "compaction")
+
+        async def stash(text: str) -> str:
+            return await results.stash(ctx, text)
+
+        return stash
 
 
 def _stopped(reason: str) -> tuple[str, str | None]:

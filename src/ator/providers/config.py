@@ -113,6 +113,14 @@ class ProviderConfig(BaseModel):
 
     caps: dict[str, Any] | None = None  # rule: agent.caps.Caps.from_config
     prompt_cache: StrictBool | None = None
+    # Context (agent/compaction.py): the model that writes compaction summaries (default the
+    # setup's), the model's window in tokens (default: the operator's table, then ator's),
+    # and the body limit in bytes of the endpoint (a proxy's own; at most the operator's
+    # limit for the process endpoint).
+    compaction_model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None \
+        = None
+    context_window: Annotated[int, Field(ge=1024, le=100_000_000)] | None = None
+    body_limit: Annotated[int, Field(ge=4096, le=1024 * 1024 * 1024)] | None = None
 
 
 class _HttpProviderConfig(ProviderConfig):

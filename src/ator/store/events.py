@@ -30,7 +30,8 @@ __all__ = [
 ]
 
 # Event kinds the model's history is rebuilt from (the others are for people and tools).
-HISTORY_KINDS = ("message", "notification", "assistant", "tool_results", "turn_ended")
+HISTORY_KINDS = ("message", "notification", "assistant", "tool_results", "turn_ended",
+                 "compaction")
 
 
 def append_cte(guard: str | None = None) -> tuple[str, str]:

@@ -197,8 +197,11 @@ events = sa.Table(
     sa.Column("kind", sa.Text, nullable=False),
     sa.Column("data", JSONB, nullable=False),
     _created(),
-    # One index: the key is also how events are read (a thread, after a seq).
+    # The key is also how events are read (a thread, after a seq).
     sa.PrimaryKeyConstraint("thread_id", "seq", name="pk_events"),
+    # A turn's start finds the latest compaction summary of its thread (store/turns.py).
+    sa.Index("ix_events_compaction", "thread_id", "seq",
+             postgresql_where=sa.text("kind = 'compaction'")),
 )
 
 mailbox = sa.Table(

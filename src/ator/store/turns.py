@@ -5,8 +5,9 @@ A turn costs few round trips by design (each is measured in tests and bench/):
 
 1. `start_turn`     one statement: read thread + setup + org budget + the prompt layers in
                     force (org policy, thread instructions, their versions) + prior
-                    history, drain *all* pending mailbox items (FOR UPDATE SKIP LOCKED),
-                    insert the turn, append `turn_started` and the items as events.
+                    history (from the latest compaction on), drain *all* pending mailbox
+                    items (FOR UPDATE SKIP LOCKED), insert the turn, append `turn_started`
+                    and the items as events.
 2. `write_step`     one write per persistence point: events + turn usage/heartbeat
                     (+ model_calls row + org month usage) (+ finishing the turn).
 
@@ -70,7 +71,11 @@ WITH _ctx AS (
          (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
                                                        'data', e.data) ORDER BY e.seq), '[]')
             FROM events e
-           WHERE e.thread_id = t.id AND e.kind IN ({_KINDS_SQL})) AS history
+           WHERE e.thread_id = t.id AND e.kind IN ({_KINDS_SQL})
+             -- From the latest compaction on: its summary stands for what it replaced.
+             AND e.seq > COALESCE((SELECT (c.data->>'through_seq')::bigint FROM events c
+                                    WHERE c.thread_id = t.id AND c.kind = 'compaction'
+                                    ORDER BY c.seq DESC LIMIT 1), 0)) AS history
     FROM threads t
     JOIN setups s ON s.id = t.setup_id
     JOIN orgs o ON o.id = t.org_id

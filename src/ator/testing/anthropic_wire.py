@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from ator.testing.wire import (
@@ -143,9 +143,12 @@ class AnthropicWireFake(WireFake):
         *,
         chunk_size: int | None = None,
         strict: bool = True,
+        responder: Callable[[RecordedRequest], ScriptItem] | None = None,
+        max_body_bytes: int | None = None,
         prompt_cache: bool = False,
     ) -> None:
-        super().__init__(script, chunk_size=chunk_size, strict=strict)
+        super().__init__(script, chunk_size=chunk_size, strict=strict, responder=responder,
+                         max_body_bytes=max_body_bytes)
         self.cache = PromptCache() if prompt_cache else None
 
     def extra_headers(self) -> dict[str, str]:

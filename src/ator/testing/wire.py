@@ -23,7 +23,7 @@ import itertools
 import json
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, Self
@@ -235,7 +235,10 @@ def tool_arguments(call: ToolCall) -> str:
 class WireFake:
     """The vendor-neutral server. Use a vendor subclass as an async context manager.
 
-    Script items are consumed one per request to `endpoint`, in order; `push` adds more. A
+    Script items are consumed one per request to `endpoint`, in order; `push` adds more. Once
+    the script is empty, `responder(request)` (if given) decides each answer from what was
+    sent (a model that calls a tool until told otherwise, say). With `max_body_bytes`, a
+    larger request body is refused as a proxy would (413) and recorded as a failure. A
     request to another path, a request the vendor fake finds malformed, or a request after the
     script ran out is answered with a vendor-shaped 4xx/5xx *and* recorded in `failures`;
     leaving the `async with` block raises AssertionError if there are any (unless the block is
@@ -252,8 +255,12 @@ class WireFake:
         *,
         chunk_size: int | None = None,
         strict: bool = True,
+        responder: Callable[[RecordedRequest], ScriptItem] | None = None,
+        max_body_bytes: int | None = None,
     ) -> None:
         self._script: deque[ScriptItem] = deque(script)
+        self._responder = responder
+        self.max_body_bytes = max_body_bytes
         self._chunk_size = chunk_size
         self._strict = strict
         self._server: asyncio.Server | None = None
@@ -435,18 +442,27 @@ class WireFake:
             self.failures.append(f"unexpected {request.method} {request.path}")
             await self._send_error(writer, HttpError(404, f"Not found: {request.path}"))
             return True
+        if self.max_body_bytes is not None and len(request.raw) > self.max_body_bytes:
+            self.failures.append(f"request {len(self.requests)}: body of {len(request.raw)} "
+                                 f"bytes over the limit of {self.max_body_bytes}")
+            await self._send_error(writer, HttpError(413, "request entity too large"))
+            return True
         problem = self.validate(request)
         if problem is not None:
             status, message = problem
             self.failures.append(f"request {len(self.requests)}: {message}")
             await self._send_error(writer, HttpError(status, message))
             return True
-        if not self._script:
+        if not self._script and self._responder is None:
             self.failures.append(f"request {len(self.requests)}: script exhausted")
             await self._send_error(writer, HttpError(500, "ator wire fake: script exhausted"))
             return True
 
-        item = self._script.popleft()
+        if self._script:
+            item = self._script.popleft()
+        else:
+            assert self._responder is not None
+            item = self._responder(request)
         if isinstance(item, HttpError):
             await self._send_error(writer, item)
             return True
