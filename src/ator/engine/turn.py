@@ -33,7 +33,7 @@ from ator.cost.prices import PriceTable
 from ator.engine.budget import BudgetGate
 from ator.engine.config import FrozenConfig, freeze
 from ator.engine.publish import Publisher
-from ator.engine.steps import StepWriter, TurnLost
+from ator.engine.steps import StepWriter, TurnEnd, TurnLost
 from ator.errors import AtorError
 from ator.obs.logging import get_logger
 from ator.obs.metrics import Metrics
@@ -90,6 +90,7 @@ class TurnRunner:
         hooks: Sequence[LoopHook] = (),
         services: Mapping[type, object] | None = None,
         metrics: Metrics | None = None,
+        ends: Sequence[TurnEnd] = (),
     ) -> None:
         self.metrics = metrics or Metrics()
         self.db = db
@@ -104,6 +105,7 @@ class TurnRunner:
         self.engine_version = engine_version
         self.budget_fail_closed = budget_fail_closed
         self.cap_ceilings = cap_ceilings
+        self.ends = list(ends)
 
     async def run(
         self, scope: Scope, thread_id: UUID, on_start: Callable[[TurnHandle], None]
@@ -138,7 +140,7 @@ class TurnRunner:
             state = TurnState(messages=build_messages(history), abort=handle.abort)
             turn = self._context(start, turn_id, frozen)
             writer = StepWriter(db=self.db, publisher=self.publisher, metrics=self.metrics,
-                                turn=turn, state=state, snapshot=snapshot)
+                                turn=turn, state=state, snapshot=snapshot, ends=self.ends)
             handle.started = True
             if handle.reason is not None:  # stopped while the turn was being created
                 stop, error = _stopped(handle.reason)

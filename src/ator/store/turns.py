@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
@@ -35,6 +35,7 @@ from ator.store.scope import Scope
 
 __all__ = [
     "Billed",
+    "Drained",
     "Finished",
     "LostTurn",
     "ModelCallRow",
@@ -203,13 +204,17 @@ class ModelCallRow:
 class StepWrite:
     live: bool  # False: the turn was no longer running; nothing was appended
     events: list[Event]
+    # What the parts' `selects` returned, by column name (a claim's outcome, …).
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class StepPart(Protocol):
     """One piece of a step's statement. A part may add `SET` assignments to the turn's own
     update (`turn_set`), WITH-items of its own (`ctes`, which may refer to `_turn`: it has a
     row only while the turn is still running) and its parameters. Parts are how a feature adds
-    to a step write (a claim, a reservation's release) without a flag on a shared function."""
+    to a step write (a claim, a reservation's release) without a flag on a shared function.
+    `selects` are extra `expr AS name` columns of the statement's result (e.g. whether a
+    claim matched), returned in `StepWrite.extra`."""
 
     @property
     def key(self) -> str: ...
@@ -219,6 +224,8 @@ class StepPart(Protocol):
     def ctes(self) -> list[str]: ...
 
     def params(self) -> dict[str, Any]: ...
+
+    def selects(self) -> list[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +265,9 @@ class Billed:
             out["released"] = self.released
         return out
 
+    def selects(self) -> list[str]:
+        return []
+
 
 @dataclass(frozen=True, slots=True)
 class Released:
@@ -280,6 +290,9 @@ class Released:
     def params(self) -> dict[str, Any]:
         return {"released": self.amount}
 
+    def selects(self) -> list[str]:
+        return []
+
 
 @dataclass(frozen=True, slots=True)
 class Finished:
@@ -299,6 +312,9 @@ class Finished:
     def params(self) -> dict[str, Any]:
         return {"status": self.status, "stop_reason": self.stop_reason, "error": self.error}
 
+    def selects(self) -> list[str]:
+        return []
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -317,6 +333,36 @@ class Snapshot:
     def params(self) -> dict[str, Any]:
         return {"snapshot": json.dumps(self.data, separators=(",", ":"), default=str),
                 "config_hash": self.hash}
+
+    def selects(self) -> list[str]:
+        return []
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """Mailbox items shown to the model between steps, taken into this turn by the same
+    statement that persists them as events (persist, then inject; never twice: the turn's
+    thread lease is held, and `turn_id IS NULL` is the claim)."""
+
+    ids: tuple[UUID, ...]
+    key: str = "drained"
+
+    def turn_set(self) -> str:
+        return ""
+
+    def ctes(self) -> list[str]:
+        return ["""_drain AS (
+  UPDATE mailbox SET turn_id = :turn_id
+   WHERE id = ANY(CAST(:drain_ids AS uuid[])) AND thread_id = :thread_id AND org_id = :org_id
+     AND turn_id IS NULL AND EXISTS (SELECT 1 FROM _turn)
+  RETURNING id
+)"""]
+
+    def params(self) -> dict[str, Any]:
+        return {"drain_ids": list(self.ids)}
+
+    def selects(self) -> list[str]:
+        return ["(SELECT count(*) FROM _drain) AS drained"]
 
 
 _MODEL_CALL = """_mc AS (
@@ -351,6 +397,7 @@ def _step_statement(parts: Sequence[StepPart]) -> sa.TextClause:
         # Data-modifying CTEs run whether the final SELECT reads them or not.
         _step_sql[key] = sa.text(
             "WITH " + ",\n".join(ctes) + "\nSELECT (SELECT count(*) FROM _turn) AS live, "
+            + "".join(f"{c}, " for p in parts for c in p.selects()) +
             "(SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data', data,"
             " 'created_at', created_at) ORDER BY seq), '[]') FROM _ev) AS events"
         )
@@ -382,7 +429,8 @@ async def write_step(
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
         for e in row["events"]
     ]
-    return StepWrite(bool(row["live"]), written)
+    extra = {k: v for k, v in dict(row).items() if k not in ("live", "events")}
+    return StepWrite(bool(row["live"]), written, extra)
 
 
 @dataclass(frozen=True, slots=True)
