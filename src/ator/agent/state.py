@@ -38,6 +38,9 @@ class TurnContext:
     caps: Caps
     cache: bool = True
     config_hash: str = ""
+    parent_id: UUID | None = None  # set for a subagent
+    children: int = 0  # subagents of this thread not finished when the turn started
+    contract: dict[str, Any] | None = None  # a subagent's delegation contract
 
     @property
     def user_id(self) -> str:

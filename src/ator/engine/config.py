@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 from ator.agent.caps import CapCeilings, Caps
@@ -42,6 +43,10 @@ def freeze(
     policy = ctx.tool_policy or {}
     allow = policy.get("allow")
     deny = list(policy.get("deny") or [])
+    narrowed = (ctx.contract or {}).get("tools")
+    if narrowed is not None:  # a subagent's contract narrows its tools, never widens them
+        allow = [t for t in narrowed
+                 if allow is None or any(fnmatchcase(t, a) for a in allow)]
     snapshot = {
         "engine": engine_version,
         "setup": {
@@ -54,7 +59,8 @@ def freeze(
             "config": redact({k: v for k, v in ctx.config.items() if k != "caps"}),
             "tool_policy": redact(policy),
         },
-        "thread": {"instructions_hash": _digest(ctx.instructions), "depth": ctx.depth},
+        "thread": {"instructions_hash": _digest(ctx.instructions), "depth": ctx.depth,
+                   **({"tools": narrowed} if narrowed is not None else {})},
         "caps": asdict(caps),
     }
     canonical = json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str)

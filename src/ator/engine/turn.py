@@ -167,6 +167,7 @@ class TurnRunner:
             instructions=start.instructions, caps=caps,
             cache=frozen.cache if isinstance(frozen, FrozenConfig) else True,
             config_hash=frozen.hash if isinstance(frozen, FrozenConfig) else "invalid",
+            parent_id=start.parent_id, children=start.children, contract=start.contract,
         )
 
     async def _drive(

@@ -58,6 +58,11 @@ WITH _ctx AS (
   -- Read before anything below writes: every CTE sees the statement's starting snapshot,
   -- so `history` is the thread as it was before this turn's events.
   SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
+         t.contract,
+         -- Subagents not finished yet: a parent with some checks for results between steps.
+         (SELECT count(*) FROM threads c
+           WHERE c.parent_id = t.id AND c.notified_at IS NULL AND c.cancelled_at IS NULL)
+           AS children,
          t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
          s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,
          (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
@@ -145,6 +150,8 @@ class TurnStart:
     deleted: bool
     monthly_budget_usd: Decimal | None  # the limit in force: min(org budget, ceiling)
     history: list[dict[str, Any]]
+    contract: dict[str, Any] | None = None  # a subagent's delegation contract
+    children: int = 0  # subagents of this thread not finished yet
 
 
 async def start_turn(
@@ -167,7 +174,7 @@ async def start_turn(
         r["provider"], r["model"], r["persona"], r["config"], r["tool_policy"],
         r["instructions"], r["parent_id"], r["root_id"], r["depth"],
         r["deleted_at"] is not None, r["monthly_budget_usd"],
-        r["history"],
+        r["history"], r["contract"], int(r["children"]),
     )
     events = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)

@@ -1,0 +1,8 @@
+"""Subagents: asynchronous delegation trees (layer: subagents, between engine and agent;
+imports agent, tools, store, obs, errors).
+
+The engine wires it (`Ator.open`): the tools (`tools.py`), the service tools reach
+(`service.Subagents`), the child's end (`service.Results`, a TurnEnd of the step writer),
+the parent's between-steps injection (`service.ResultInjector`), the child's budget
+(`service.ChildBudget`), and the stop cascade and reconcile the actor and reaper call.
+"""

@@ -1,0 +1,177 @@
+"""Subagents on real PostgreSQL: spawning, exactly-once results (idle and busy parents),
+idempotent spawns, caps, budgets, the untrusted wrapper, paging, the tree."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from ator import Scope
+from ator.agent.hooks import LoopHook
+from ator.errors import ToolError
+from ator.providers.base import ModelRequest
+from ator.store import tree as tree_store
+from ator.subagents.service import Subagents, parse_spawn
+from ator.subagents.tools import subagent_tools
+from ator.tools.base import Tool, ToolContext
+from tests.conftest import new_thread, wait_for_event
+from tests.subagent_agents import Agents, Reply, results_in, spawned_tool_results
+
+__all__ = ["LoopHook"]
+
+
+def _spawn(title: str, task: str, **more: Any) -> tuple[str, dict[str, Any]]:
+    return ("agent_spawn", {"title": title, "task": task, **more})
+
+
+async def _notifications(ator: Any, scope: Scope, thread_id: uuid.UUID) -> list[Any]:
+    return [e for e in await ator.events(scope, thread_id, limit=1000)
+            if e.kind == "notification"]
+
+
+async def _wait_results(ator: Any, scope: Scope, thread_id: uuid.UUID, n: int) -> list[Any]:
+    """Wait until `n` results were persisted in the thread and the turn that took the last
+    one ended; returns the notification events."""
+    seen: list[Any] = []
+
+    def done(event: Any) -> bool:
+        if event.kind == "notification":
+            seen.append(event)
+        return len(seen) >= n and event.kind == "turn_ended"
+
+    await wait_for_event(ator, scope, thread_id, done, timeout=60)
+    return await _notifications(ator, scope, thread_id)
+
+
+async def test_an_idle_parent_is_told_each_result_once_wrapped_as_data(make_ator) -> None:
+    def parent(request: ModelRequest) -> Reply:
+        if results_in(request):
+            return Reply(text=f"got {len(results_in(request))}")
+        if spawned_tool_results(request):
+            return Reply(text="waiting for my subagents")
+        return Reply(calls=[_spawn("one", "say one"), _spawn("two", "say two")])
+
+    # The children answer after the parent's turn ended: it is idle when told.
+    agents = Agents(parent, lambda task, r: Reply(text=f"answer to {task}", delay=0.5))
+    async with make_ator(providers={"agents": agents}) as ator:
+        scope, thread = await new_thread(ator, "agents")
+        first = await ator.ask(scope, thread.id, "delegate", timeout=30)
+        assert first.text == "waiting for my subagents"
+        found = await _wait_results(ator, scope, thread.id, 2)
+        by_child = [e.data["subagent"]["title"] for e in found]
+        assert sorted(by_child) == ["one", "two"]  # each once
+        assert all(e.data["subagent"]["status"] == "done" for e in found)
+        assert all(e.data["client_message_id"].startswith("subagent:") for e in found)
+        # The model read each result once, inside the untrusted-data wrapper.
+        last = agents.requests[-1]
+        assert len(results_in(last)) == 2
+        texts = [b["text"] for m in last.messages for b in m["content"]
+                 if b.get("type") == "text" and "<subagent_result" in b["text"]]
+        for text in texts:
+            assert text.startswith('<untrusted-data source="subagent sa-')
+            assert text.count("</untrusted-data>") == 1
+        assert {"answer to say one", "answer to say two"} <= {
+            line for t in texts for line in t.splitlines()}
+        tree = await ator.tree(scope, thread.id)
+        assert [n.depth for n in tree] == [0, 1, 1]
+        assert all(n.notified for n in tree[1:])
+        assert all(n.status == "done" and n.steps == 1 and n.tokens == 15 for n in tree[1:])
+
+
+async def test_five_results_reach_a_busy_parent_between_steps_each_once_in_persisted_order(
+    make_ator,
+) -> None:
+    async def pause(args: dict[str, Any], ctx: ToolContext) -> str:
+        await asyncio.sleep(0.15)
+        return "paused"
+
+    wait = Tool("pause", "wait a little", {"type": "object"}, pause)
+
+    def parent(request: ModelRequest) -> Reply:
+        seen = len(results_in(request))
+        if not spawned_tool_results(request):
+            return Reply(calls=[_spawn(f"c{i}", f"task {i}") for i in range(5)])
+        if seen >= 5:
+            return Reply(text="all five in")
+        return Reply(calls=[("pause", {})])
+
+    delays = {f"task {i}": 0.2 + 0.35 * ((i * 3) % 5) for i in range(5)}  # distinct times
+    agents = Agents(parent, lambda task, r: Reply(text=f"done: {task}", delay=delays[task]))
+    async with make_ator(providers={"agents": agents},
+                         tools=[wait, *subagent_tools()]) as ator:
+        org = await ator.create_org("busy")
+        scope = Scope(org.id)
+        setup = await ator.create_setup(scope, name="s", provider="agents", model="m",
+                                        config={"caps": {"max_steps": 100}})
+        thread = await ator.create_thread(scope, setup.id)
+        result = await ator.ask(scope, thread.id, "fan out", timeout=60)
+        assert result.text == "all five in"
+        found = await _notifications(ator, scope, thread.id)
+        assert len(found) == 5
+        assert len({e.data["subagent"]["id"] for e in found}) == 5  # each exactly once
+        assert {e.turn_id for e in found} == {result.turn_id}  # all in the busy turn
+        # In persisted order: the order the children's results were pushed.
+        ends = []
+        for e in found:
+            child = uuid.UUID(e.data["subagent"]["id"])
+            (turn,) = await ator.turns(scope, child)
+            ends.append(turn.ended_at)
+        assert ends == sorted(ends)
+        # The model saw each once, in that order.
+        last = agents.requests[-1]
+        aliases = [e.data["subagent"]["alias"] for e in found]
+        assert [t.split('alias="')[1].split('"')[0] for t in results_in(last)] == aliases
+        # Nothing is left for a second turn.
+        assert await tree_store.pending_results(ator.db, scope, thread.id) == []
+
+
+async def _tool_ctx(ator: Any, scope: Scope, thread_id: uuid.UUID,
+                    tool_use_id: str = "toolu_x") -> ToolContext:
+    return ToolContext(scope.org_id, thread_id, uuid.uuid4(), tool_use_id,
+                       services={Subagents: ator.subagents})
+
+
+def _tool(name: str) -> Tool:
+    return next(t for t in subagent_tools() if t.name == name)
+
+
+async def test_the_same_spawn_retried_creates_one_child(make_ator) -> None:
+    agents = Agents(lambda r: Reply(text="idle"), lambda task, r: Reply(text="ok"))
+    async with make_ator(providers={"agents": agents}) as ator:
+        scope, thread = await new_thread(ator, "agents")
+        spawn = _tool("agent_spawn").handler
+        ctx = await _tool_ctx(ator, scope, thread.id, "toolu_retried")
+        args = {"title": "t", "task": "do it"}
+        # The step runs twice (a replay after a crash), the second time racing a third.
+        first = await spawn(args, ctx)
+        second, third = await asyncio.gather(spawn(args, ctx), spawn(args, ctx))
+        assert first["id"] == second["id"] == third["id"]
+        assert first["status"] == "spawned"
+        assert second["status"] == third["status"] == "already spawned by this call"
+        children = await ator.threads(scope, parent_id=thread.id)
+        assert len(children) == 1
+        other = await spawn(args, await _tool_ctx(ator, scope, thread.id, "toolu_other"))
+        assert other["id"] != first["id"]
+
+
+async def test_a_spawn_without_a_task_is_an_error_result_not_a_child(make_ator) -> None:
+    def parent(request: ModelRequest) -> Reply:
+        if spawned_tool_results(request):
+            return Reply(text="noted")
+        return Reply(calls=[("agent_spawn", {"title": "no task"})])
+
+    agents = Agents(parent, lambda task, r: Reply(text="never"))
+    async with make_ator(providers={"agents": agents}) as ator:
+        scope, thread = await new_thread(ator, "agents")
+        await ator.ask(scope, thread.id, "go", timeout=30)
+        results = [e for e in await ator.events(scope, thread.id) if e.kind == "tool_results"]
+        (record,) = results[0].data["results"]
+        assert record["is_error"] and "task" in record["content"]
+        assert await ator.threads(scope, parent_id=thread.id) == []
+    try:
+        parse_spawn({"title": " ", "task": "x"})
+    except ToolError as exc:
+        assert "empty" in exc.message
+    else:
+        raise AssertionError("an empty title was accepted")
