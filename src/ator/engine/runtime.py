@@ -275,6 +275,20 @@ class Ator(McpMethods):
         return await self.tenancy.create_org(name, monthly_budget_usd=monthly_budget_usd,
                                              budget_ceiling_usd=budget_ceiling_usd)
 
+    async def set_org_caps(self, scope: Scope, caps: dict[str, Any]) -> None:
+        """Set the org's subagent tree caps (`subagent_depth`, `subagent_width`,
+        `subagent_live`, `tree_tokens`, `tree_usd`): each lowers what the org's setups
+        allow. Raises ConfigError (422) for another cap, a bad value or one above the
+        operator's ceiling."""
+        tree_caps = {"subagent_depth", "subagent_width", "subagent_live", "tree_tokens",
+                     "tree_usd"}
+        unknown = set(caps) - tree_caps
+        if unknown:
+            raise ValidationFailed(f"not a tree cap: {', '.join(sorted(unknown))}; known: "
+                                   f"{', '.join(sorted(tree_caps))}", code="invalid_cap")
+        Caps.from_config(caps, self.settings.cap_ceilings)
+        await tree_store.set_org_caps(self.db, scope, caps)
+
     async def put_secret(self, scope: Scope, name: str, value: str) -> None:
         await self.tenancy.put_secret(scope, name, value)
 

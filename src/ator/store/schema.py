@@ -144,11 +144,11 @@ threads = sa.Table(
     _created(),
     # Subagents (migration 0007): the child's short name, the parent's tool-use id that
     # spawned it (unique per parent: a retried spawn finds its child), the delegation
-    # contract, when its result was pushed to the parent, and when its subtree was stopped.
+    # contract, and when its subtree was stopped (its result row in the parent's mailbox,
+    # `subagent:<id>`, says it told its parent).
     sa.Column("alias", sa.Text, nullable=True),
     sa.Column("spawned_by", sa.Text, nullable=True),
     sa.Column("contract", JSONB, nullable=True),
-    sa.Column("notified_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("cancelled_at", sa.DateTime(timezone=True), nullable=True),
     sa.Index("ix_threads_org_created", "org_id", sa.text("created_at DESC"), "id"),
     sa.Index("ix_threads_parent", "parent_id"),

@@ -8,10 +8,11 @@ id that spawned it (`spawned_by`, unique per parent) and its delegation `contrac
                child made by the same tool-use id is returned as it is; otherwise the caps
                are checked (depth, width, live children, tree budget) and the child thread
                and its first mailbox item are inserted together.
-- `ResultPart` a step part for a child's final write: it claims `notified_at IS NULL` (only
-               when the child's mailbox is empty, none of its own children is still
-               running, and nothing above it was cancelled) and inserts the one result item
-               into the parent's mailbox, in the turn's own statement.
+- `ResultPart` a step part for a child's final write: it inserts the one result item into
+               the parent's mailbox (only when the child's mailbox is empty, none of its
+               own children is still running, and nothing above it was cancelled), in the
+               turn's own statement. The item's client id `subagent:<child id>` is unique
+               per parent mailbox: that insert is the claim, so a parent is told once.
 - `cancel`     marks a subtree cancelled and drops results still pending from it.
 - `RESULT_SQL` is shared with the reaper's sweep (store/turns.py), which tells the parent
                of a lost child in the statement that closes the child's turn.
@@ -46,12 +47,15 @@ __all__ = [
     "child",
     "final_text",
     "last_end",
+    "live",
     "parent_info",
     "pending_results",
     "push_result",
     "result_params",
+    "set_org_caps",
     "spawn",
     "spend",
+    "told",
     "tree",
     "untold",
 ]
@@ -164,9 +168,9 @@ async def spawn(
         counts = (await conn.execute(sa.text(f"""
             SELECT (SELECT count(*) FROM threads WHERE parent_id = :parent_id
                        AND org_id = :org_id) AS width,
-                   (SELECT count(*) FROM threads WHERE root_id = :root_id AND org_id = :org_id
-                       AND parent_id IS NOT NULL AND notified_at IS NULL
-                       AND cancelled_at IS NULL) AS live,
+                   (SELECT count(*) FROM threads d WHERE d.root_id = :root_id
+                       AND d.org_id = :org_id AND d.parent_id IS NOT NULL
+                       AND {live("d")}) AS live,
                    spent.tokens, spent.usd
               FROM ({_TREE_SPEND}) spent"""), params)).one()
         if counts.width >= caps.width:
@@ -203,29 +207,39 @@ async def spawn(
     return Spawned(child_id, alias, created=True)
 
 
-# The claim and the push, as WITH-items. `_turn` (the step's turn update) must have matched:
-# a turn closed elsewhere notifies nothing here (the reaper's sweep does, with its own).
-RESULT_SQL = """_claim AS (
-  UPDATE threads c SET notified_at = now()
-   WHERE c.id = :thread_id AND c.org_id = :org_id AND c.parent_id IS NOT NULL
-     AND c.notified_at IS NULL AND c.cancelled_at IS NULL
+def told(c: str) -> str:
+    """SQL: the child thread aliased `c` has told its parent (its one result row exists)."""
+    return (f"EXISTS (SELECT 1 FROM mailbox r WHERE r.thread_id = {c}.parent_id"
+            f" AND r.org_id = {c}.org_id AND r.client_message_id = 'subagent:' || {c}.id::text)")
+
+
+def live(c: str) -> str:
+    """SQL: the child thread aliased `c` is live: neither finished (told) nor cancelled."""
+    return f"({c}.cancelled_at IS NULL AND NOT {told(c)})"
+
+
+# The claim and the push, one WITH-item: the parent's mailbox holds at most one result per
+# child (unique client id `subagent:<child id>`), so the insert *is* the claim, exactly once
+# whoever races. `_turn` (the step's turn update) must have matched: a turn closed elsewhere
+# pushes nothing here (the reaper's reconcile does). The child's own thread row is not
+# updated here: the step's event append already updates it in this statement.
+RESULT_SQL = f"""_result AS (
+  INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content)
+  SELECT :r_id, :org_id, p.id, :r_cmid, 'notification',
+         jsonb_set(jsonb_set(CAST(:r_content AS jsonb), '{{subagent,duration_s}}',
+                             to_jsonb(round(extract(epoch FROM now() - c.created_at), 3))),
+                   '{{text}}', to_jsonb(regexp_replace(:r_text, '\\{{duration\\}}',
+                       round(extract(epoch FROM now() - c.created_at), 1)::text)))
+    FROM threads c JOIN threads p ON p.id = c.parent_id AND p.org_id = c.org_id
+   WHERE c.id = :thread_id AND c.org_id = :org_id
+     AND c.cancelled_at IS NULL AND p.cancelled_at IS NULL AND p.deleted_at IS NULL
      AND EXISTS (SELECT 1 FROM _turn)
      -- More work already waits: the turn that takes it ends later and reports then.
      AND NOT EXISTS (SELECT 1 FROM mailbox m WHERE m.thread_id = c.id AND m.org_id = c.org_id
                       AND m.turn_id IS NULL)
      -- Its own children still run: their results come back here first.
      AND NOT EXISTS (SELECT 1 FROM threads g WHERE g.parent_id = c.id AND g.org_id = c.org_id
-                      AND g.notified_at IS NULL AND g.cancelled_at IS NULL)
-  RETURNING c.parent_id, c.created_at
-), _result AS (
-  INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content)
-  SELECT :r_id, :org_id, p.id, :r_cmid, 'notification',
-         jsonb_set(jsonb_set(CAST(:r_content AS jsonb), '{subagent,duration_s}',
-                             to_jsonb(round(extract(epoch FROM now() - _claim.created_at), 3))),
-                   '{text}', to_jsonb(regexp_replace(:r_text, '\\{duration\\}',
-                       round(extract(epoch FROM now() - _claim.created_at), 1)::text)))
-    FROM _claim JOIN threads p ON p.id = _claim.parent_id AND p.org_id = :org_id
-   WHERE p.deleted_at IS NULL AND p.cancelled_at IS NULL
+                      AND {live("g")})
   ON CONFLICT ON CONSTRAINT uq_mailbox_thread_client DO NOTHING
   RETURNING thread_id
 )"""
@@ -302,21 +316,21 @@ class Node:
     tokens: int
     usd: Decimal
     live: bool  # a turn is running now
-    notified: bool
+    told: bool  # its result is in the parent's mailbox
     created_at: Any
 
 
 async def tree(db: Database, scope: Scope, thread_id: UUID) -> list[Node]:
     """The thread and every descendant, parents before children, with their figures summed
     over all their turns. Raises NotFound for another org's thread."""
-    stmt = sa.text("""
+    stmt = sa.text(f"""
         WITH RECURSIVE sub AS (
           SELECT id FROM threads WHERE id = :id AND org_id = :org_id AND deleted_at IS NULL
           UNION ALL
           SELECT t.id FROM threads t JOIN sub ON t.parent_id = sub.id WHERE t.org_id = :org_id
         )
-        SELECT t.id, t.parent_id, t.depth, t.title, t.alias, t.notified_at, t.cancelled_at,
-               t.created_at,
+        SELECT t.id, t.parent_id, t.depth, t.title, t.alias, t.cancelled_at, t.created_at,
+               {told("t")} AS told,
                COALESCE(sum(u.steps), 0) AS steps,
                COALESCE(sum(u.input_tokens + u.output_tokens + u.cache_read_tokens
                             + u.cache_write_tokens), 0) AS tokens,
@@ -340,7 +354,7 @@ async def tree(db: Database, scope: Scope, thread_id: UUID) -> list[Node]:
             status = "running" if live else (r["last_status"] or "idle")
         nodes.append(Node(r["id"], r["parent_id"], r["depth"], r["title"], r["alias"], status,
                           int(r["steps"]), int(r["tokens"]), Decimal(r["usd"]), live,
-                          r["notified_at"] is not None, r["created_at"]))
+                          bool(r["told"]), r["created_at"]))
     return nodes
 
 
@@ -412,19 +426,19 @@ async def untold(db: Database, *, lost_after: float, limit: int = 100) -> list[t
     still running, and their last turn was lost (or ended more than `lost_after` seconds
     ago: a final write whose claim did not match, e.g. a process that died right after).
     All orgs: the reaper's sweep."""
-    stmt = sa.text("""
+    stmt = sa.text(f"""
         SELECT c.org_id, c.id FROM threads c
           JOIN LATERAL (SELECT status, ended_at FROM turns u
                          WHERE u.thread_id = c.id AND u.org_id = c.org_id
                          ORDER BY started_at DESC LIMIT 1) last ON true
-         WHERE c.parent_id IS NOT NULL AND c.notified_at IS NULL AND c.cancelled_at IS NULL
-           AND c.deleted_at IS NULL AND last.status <> 'running'
+         JOIN threads p ON p.id = c.parent_id AND p.org_id = c.org_id
+         WHERE c.parent_id IS NOT NULL AND {live("c")} AND c.deleted_at IS NULL
+           AND p.deleted_at IS NULL AND p.cancelled_at IS NULL AND last.status <> 'running'
            AND (last.status = 'lost' OR last.ended_at < now() - make_interval(secs => :age))
            AND NOT EXISTS (SELECT 1 FROM mailbox m WHERE m.thread_id = c.id
                             AND m.org_id = c.org_id AND m.turn_id IS NULL)
            AND NOT EXISTS (SELECT 1 FROM threads g WHERE g.parent_id = c.id
-                            AND g.org_id = c.org_id AND g.notified_at IS NULL
-                            AND g.cancelled_at IS NULL)
+                            AND g.org_id = c.org_id AND {live("g")})
          LIMIT :limit
     """)
     rows = await db.fetch(stmt, {"age": lost_after, "limit": limit}, write=False)
@@ -476,3 +490,15 @@ async def push_result(
     rows = await db.fetch(stmt, params, write=True)
     parent: UUID | None = rows[0]["parent"]
     return parent
+
+
+async def set_org_caps(db: Database, scope: Scope, caps: dict[str, Any]) -> None:
+    """Store the org's own tree caps (`orgs.settings.caps`): they lower what any setup of
+    the org allows (checked by the caller against the operator's ceilings)."""
+    stmt = sa.text("""
+        UPDATE orgs SET settings = jsonb_set(settings, '{caps}', CAST(:caps AS jsonb))
+         WHERE id = :org_id RETURNING id
+    """)
+    rows = await db.fetch(stmt, {"org_id": scope.org_id, "caps": json.dumps(caps)}, write=True)
+    if not rows:
+        raise NotFound("org not found")

@@ -32,6 +32,7 @@ from ator.store.ledger import LIMIT_SQL, SETTLE_TURN_SET, SETTLE_USAGE_SET
 from ator.store.records import Event, Turn
 from ator.store.schema import turns
 from ator.store.scope import Scope
+from ator.store.tree import live
 
 __all__ = [
     "Billed",
@@ -61,7 +62,7 @@ WITH _ctx AS (
          t.contract,
          -- Subagents not finished yet: a parent with some checks for results between steps.
          (SELECT count(*) FROM threads c
-           WHERE c.parent_id = t.id AND c.notified_at IS NULL AND c.cancelled_at IS NULL)
+           WHERE c.parent_id = t.id AND c.org_id = t.org_id AND {live("c")})
            AS children,
          t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
          s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,

@@ -63,6 +63,6 @@ def render(
         "source": f"subagent {alias}",
         "subagent": {"id": str(child_id), "alias": alias, "title": title, "status": status,
                      "reason": reason, "steps": steps, "tokens": tokens, "usd": str(usd),
-                     "chars": len(body), "truncated": cut},
+                     "chars": len(text), "truncated": cut},
     }
     return content, "\n".join(lines)

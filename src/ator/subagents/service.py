@@ -3,8 +3,9 @@ subagents; imports agent, tools, store, errors, outcome, settings).
 
     agent_spawn ─► Subagents.spawn: caps, then child thread + first mailbox item in one
                    transaction (idempotent per tool-use id) ─► wake the child
-    child's final write ─► Results (a TurnEnd): claim `notified_at IS NULL` and push one
-                   result into the parent's mailbox, same statement ─► wake the parent
+    child's final write ─► Results (a TurnEnd): push one result into the parent's mailbox
+                   in the same statement; the item's unique client id `subagent:<child>`
+                   is the claim (exactly once, whoever races) ─► wake the parent
     parent busy ─► ResultInjector (between_steps): pending results are persisted as events
                    of the running turn (taking them from the mailbox in that write), then
                    shown; an idle parent gets them as its next turn
@@ -268,7 +269,7 @@ class Subagents:
 def _node_view(n: tree_store.Node) -> dict[str, Any]:
     return {"id": str(n.id), "alias": n.alias, "title": n.title, "status": n.status,
             "steps": n.steps, "tokens": n.tokens, "usd": str(n.usd), "live": n.live,
-            "result_delivered": n.notified}
+            "result_delivered": n.told}
 
 
 class Results:

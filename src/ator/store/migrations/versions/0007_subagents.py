@@ -9,8 +9,8 @@ Create Date: 2026-11-30 11:55:00
   so a retried spawn step finds the child it already made instead of making another.
 - threads.contract: the delegation contract (task, deliverable, boundaries, tools, budget,
   write_scope) and the tree caps in force when the child was spawned.
-- threads.notified_at: set by the one claim that pushes the child's result into the
-  parent's mailbox (NULL = not told yet).
+- (No "notified" column: the child's one result row in the parent's mailbox, unique per
+  (parent, `subagent:<child id>`), is the claim; see store/tree.py.)
 - threads.cancelled_at: the subtree was stopped; its results are dropped.
 - ix_threads_root: the tree of a root (caps, tree view, cascade).
 """
@@ -31,8 +31,6 @@ def upgrade() -> None:
     op.add_column("threads", sa.Column("alias", sa.Text, nullable=True))
     op.add_column("threads", sa.Column("spawned_by", sa.Text, nullable=True))
     op.add_column("threads", sa.Column("contract", JSONB, nullable=True))
-    op.add_column("threads", sa.Column("notified_at", sa.DateTime(timezone=True),
-                                       nullable=True))
     op.add_column("threads", sa.Column("cancelled_at", sa.DateTime(timezone=True),
                                        nullable=True))
     op.create_index("uq_threads_spawned_by", "threads", ["parent_id", "spawned_by"],
@@ -44,5 +42,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_threads_root", table_name="threads")
     op.drop_index("uq_threads_spawned_by", table_name="threads")
-    for column in ("cancelled_at", "notified_at", "contract", "spawned_by", "alias"):
+    for column in ("cancelled_at", "contract", "spawned_by", "alias"):
         op.drop_column("threads", column)
