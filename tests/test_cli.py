@@ -66,7 +66,7 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 def test_help_lists_every_command() -> None:
     result = CliRunner().invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("serve", "migrate", "demo", "chat", "doctor", "admin"):
+    for command in ("serve", "migrate", "demo", "chat", "doctor", "tree", "admin"):
         assert command in result.output
 
 

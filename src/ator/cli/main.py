@@ -1,6 +1,6 @@
 """The `ator` command (layer: cli; the sync edge: asyncio.run lives here and only here).
 
-Commands: serve, migrate, demo, chat, doctor, and the admin group. Settings come from ATOR_*
+Commands: serve, migrate, demo, chat, doctor, tree, and the admin group. Settings come from ATOR_*
 environment variables (see ator.settings). Each command lives in its own module of this
 package; this one wires them into one typer app.
 """
@@ -15,6 +15,7 @@ from ator.cli.admin import admin_app
 from ator.cli.chat import chat
 from ator.cli.demo import demo
 from ator.cli.doctor import doctor
+from ator.cli.tree import tree
 from ator.obs.logging import configure_logging
 from ator.settings import Settings
 
@@ -26,6 +27,7 @@ app = typer.Typer(help="ator: a self-hosted runtime for LLM agents.", no_args_is
 app.command()(demo)
 app.command()(chat)
 app.command()(doctor)
+app.command()(tree)
 app.add_typer(admin_app, name="admin")
 
 

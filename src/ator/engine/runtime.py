@@ -61,9 +61,8 @@ from ator.store import threads as thread_store
 from ator.store import tree as tree_store
 from ator.store import turns as turn_store
 from ator.store.database import Database, open_database
-from ator.store.records import Event, MailboxItem, Org, Setup, Thread, Turn
+from ator.store.records import Event, MailboxItem, Org, Setup, Thread, TreeNode, Turn
 from ator.store.scope import Scope
-from ator.store.tree import Node as TreeNode
 from ator.subagents.service import ChildBudget, ResultInjector, Results, Subagents
 from ator.subagents.tools import subagent_tools
 from ator.tools.base import Tool

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 
 from ator.errors import NotFound, ValidationFailed
 from ator.store.database import Database
+from ator.store.records import TreeNode as Node
 from ator.store.scope import Scope
 
 __all__ = [
@@ -302,22 +303,6 @@ async def cancel(db: Database, scope: Scope, thread_id: UUID, *, include_self: b
     rows = await db.fetch(stmt, {"id": thread_id, "org_id": scope.org_id,
                                  "include_self": include_self}, write=True)
     return [r["id"] for r in rows]
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    id: UUID
-    parent_id: UUID | None
-    depth: int
-    title: str
-    alias: str | None
-    status: str  # running, idle, done/errored/… (the last turn's), cancelled
-    steps: int
-    tokens: int
-    usd: Decimal
-    live: bool  # a turn is running now
-    told: bool  # its result is in the parent's mailbox
-    created_at: Any
 
 
 async def tree(db: Database, scope: Scope, thread_id: UUID) -> list[Node]:
