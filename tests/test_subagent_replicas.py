@@ -165,3 +165,35 @@ async def test_a_child_killed_with_its_replica_is_reported_errored_lost(
         assert ended.data["status"] == "done"
         (turn,) = await ator.turns(scope, child)
         assert turn.status == "lost"
+
+
+async def test_a_result_claimed_but_never_delivered_is_delivered_by_the_sweep(
+    make_ator,
+) -> None:
+    def parent(request: ModelRequest) -> Reply:
+        if results_in(request):
+            return Reply(text="heard")
+        if spawned_tool_results(request):
+            return Reply(text="waiting")
+        return Reply(calls=[_spawn("orphan", "hang")])
+
+    agents = Agents(parent, lambda task, r: Reply(hang=True))
+    async with make_ator(providers={"agents": agents}, lease_ttl=1.0,
+                         reaper_interval=0.2) as ator:
+        scope, root = await new_thread(ator, "agents")
+        await ator.ask(scope, root.id, "delegate", timeout=30)
+        (child,) = await _spawned_ids(ator, scope, root.id, 1)
+        await wait_for_event(ator, scope, child, lambda e: e.kind == "turn_started")
+        await _close_as_lost(ator.db, child)
+        content, text = render(child_id=child, alias="sa-orphan", title="orphan",
+                               status="errored", reason="lost", steps=0, tokens=0,
+                               usd=Decimal(0), text="", error=None)
+        # The claim commits and the process dies before it wakes the parent: nobody calls
+        # notify. The reaper's sweep of pending items is what delivers it.
+        assert await tree_store.push_result(ator.db, scope, child, content, text) == root.id
+        found = await wait_for_event(ator, scope, root.id, lambda e: e.kind == "notification")
+        assert found.data["subagent"]["alias"] == "sa-orphan"
+        ended = await wait_for_event(ator, scope, root.id, lambda e: e.kind == "turn_ended",
+                                     after_seq=found.seq)
+        assert ended.data["status"] == "done"
+        assert agents.requests[-1] and results_in(agents.requests[-1])
