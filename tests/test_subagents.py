@@ -332,3 +332,39 @@ async def test_a_200_kb_result_arrives_capped_and_agent_result_pages_through_it(
             assert "does not exist" in exc.message
         else:
             raise AssertionError("a page past the end was served")
+
+
+async def test_a_child_gets_its_setups_persona_either_way_and_only_the_tools_it_was_given(
+    make_ator,
+) -> None:
+    def parent(request: ModelRequest) -> Reply:
+        if results_in(request) or spawned_tool_results(request):
+            return Reply(text="ok")
+        return Reply(calls=[
+            _spawn("inherits", "plain", tools=["setup_list", "agent_result"]),
+            _spawn("explicit", "other", setup_id=str(other.id), tools=["setup_list"])])
+
+    agents = Agents(parent, lambda task, r: Reply(text=f"did {task}"))
+    async with make_ator(providers={"agents": agents}) as ator:
+        org = await ator.create_org("personas")
+        scope = Scope(org.id)
+        mine = await ator.create_setup(scope, name="lead", provider="agents", model="m",
+                                       persona="You are the lead persona.")
+        other = await ator.create_setup(scope, name="worker", provider="agents", model="m",
+                                        persona="You are the worker persona.",
+                                        tool_policy={"deny": ["agent_result"]})
+        thread = await ator.create_thread(scope, mine.id)
+        await ator.ask(scope, thread.id, "go", timeout=30)
+        await _wait_results(ator, scope, thread.id, 2)
+        seen = {}
+        for request in agents.child_requests:
+            task = request.messages[0]["content"][0]["text"].split("## Task\n")[1]
+            system = "\n".join(b.text for b in request.system)
+            seen[task.split("\n")[0]] = (system, sorted(t.name for t in request.tools))
+        assert "You are the lead persona." in seen["plain"][0]
+        assert "You are the worker persona." in seen["other"][0]
+        assert "lead persona" not in seen["other"][0]
+        assert seen["plain"][1] == ["agent_result", "setup_list"]
+        assert seen["other"][1] == ["setup_list"]
+        parent_tools = sorted(t.name for t in agents.requests[0].tools)
+        assert {"agent_spawn", "agent_status", "agent_abort"} <= set(parent_tools)
