@@ -8,16 +8,12 @@ import json
 import os
 import sys
 import uuid
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
 from ator.providers.base import ModelRequest
 from ator.store import tree as tree_store
-from ator.store.database import Database
-from ator.subagents.results import render
+from ator.store import turns as turn_store
 from tests.conftest import REDIS_URL, new_thread, wait_for_event
 from tests.subagent_agents import Agents, Reply, results_in, spawned_tool_results
 
@@ -92,43 +88,36 @@ async def test_two_replicas_racing_to_tell_a_parent_tell_it_once(make_ator, tmp_
             return Reply(text="heard")
         if spawned_tool_results(request):
             return Reply(text="waiting")
-        return Reply(calls=[_spawn("lost one", "hang")])
+        return Reply(calls=[_spawn("raced", "hang")])
 
     prefix = f"ator-test-race-{os.getpid()}-{id(tmp_path)}:"
     agents = Agents(parent, lambda task, r: Reply(hang=True))
-    async with make_ator(providers={"agents": agents}, redis_url=REDIS_URL,
-                         redis_prefix=prefix) as a, \
-            make_ator(providers={"agents": agents}, redis_url=REDIS_URL,
-                      redis_prefix=prefix) as b:
+    fast = {"lease_ttl": 1.0, "reaper_interval": 0.2, "redis_url": REDIS_URL,
+            "redis_prefix": prefix}
+    async with make_ator(providers={"agents": agents}, **fast) as a, \
+            make_ator(providers={"agents": agents}, **fast) as b:
         scope, root = await new_thread(a, "agents")
         await a.ask(scope, root.id, "delegate", timeout=30)
         (child,) = await _spawned_ids(a, scope, root.id, 1)
         await wait_for_event(a, scope, child, lambda e: e.kind == "turn_started")
-        # The child's turn is closed as lost (what the reaper does when its replica dies).
-        await _close_as_lost(a.db, child)
-        content, text = render(child_id=child, alias="sa-race", title="lost one",
-                               status="errored", reason="lost", steps=0, tokens=0,
-                               usd=Decimal(0), text="", error="lost")
-        # Both replicas' reconcilers and a burst of direct claims race.
+        # Three ways to end the child's turn race: both replicas' sweeps judging it lost
+        # (as if its heartbeat were late) and a stop, whose final write tells the parent.
         raced = await asyncio.gather(
-            a.subagents.reconcile(), b.subagents.reconcile(),
-            *[tree_store.push_result(x.db, scope, child, content, text)
-              for x in (a, b) for _ in range(5)])
-        told = raced[0] + raced[1] + sum(1 for r in raced[2:] if r is not None)
-        assert told == 1
+            turn_store.reap_lost_turns(a.db, 0.0, sweeper="racer-a"),
+            turn_store.reap_lost_turns(b.db, 0.0, sweeper="racer-b"),
+            b.stop(scope, child))
+        reaped = [t for found in raced[:2] for t in found if t.thread_id == child]
+        assert len(reaped) <= 1
         found = await wait_for_event(a, scope, root.id, lambda e: e.kind == "notification")
-        assert found.data["subagent"]["status"] == "errored"
+        assert found.data["subagent"]["id"] == str(child)
+        assert found.data["subagent"]["status"] == ("errored" if reaped else "cancelled")
         await wait_for_event(a, scope, root.id, lambda e: e.kind == "turn_ended",
                              after_seq=found.seq)
+        ended = await wait_for_event(a, scope, child, lambda e: e.kind == "turn_ended")
+        assert ended.data["status"] == ("lost" if reaped else "stopped")
         notes = [e for e in await a.events(scope, root.id) if e.kind == "notification"]
         assert len(notes) == 1
-
-
-async def _close_as_lost(db: Database, thread_id: uuid.UUID) -> None:
-    await db.fetch(sa.text(
-        "UPDATE turns SET status = 'lost', stop_reason = 'error:lost', ended_at = now()"
-        " WHERE thread_id = :id AND status = 'running' RETURNING id"), {"id": thread_id},
-        write=True)
+        assert await tree_store.pending_results(a.db, scope, root.id) == []
 
 
 async def test_a_child_killed_with_its_replica_is_reported_errored_lost(
@@ -184,15 +173,15 @@ async def test_a_result_claimed_but_never_delivered_is_delivered_by_the_sweep(
         await ator.ask(scope, root.id, "delegate", timeout=30)
         (child,) = await _spawned_ids(ator, scope, root.id, 1)
         await wait_for_event(ator, scope, child, lambda e: e.kind == "turn_started")
-        await _close_as_lost(ator.db, child)
-        content, text = render(child_id=child, alias="sa-orphan", title="orphan",
-                               status="errored", reason="lost", steps=0, tokens=0,
-                               usd=Decimal(0), text="", error=None)
-        # The claim commits and the process dies before it wakes the parent: nobody calls
-        # notify. The reaper's sweep of pending items is what delivers it.
-        assert await tree_store.push_result(ator.db, scope, child, content, text) == root.id
+        # The sweep that closes the child's turn tells the parent, and the process dies
+        # before it wakes the parent: nobody calls notify here. The reaper's sweep of
+        # pending mailbox items is what delivers the result.
+        closed = await turn_store.reap_lost_turns(ator.db, 0.0, sweeper="dying")
+        (lost,) = [t for t in closed if t.thread_id == child]
+        assert lost.told_parent == root.id
         found = await wait_for_event(ator, scope, root.id, lambda e: e.kind == "notification")
-        assert found.data["subagent"]["alias"] == "sa-orphan"
+        assert found.data["subagent"]["id"] == str(child)
+        assert found.data["subagent"]["reason"] == "lost"
         ended = await wait_for_event(ator, scope, root.id, lambda e: e.kind == "turn_ended",
                                      after_seq=found.seq)
         assert ended.data["status"] == "done"

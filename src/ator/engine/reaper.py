@@ -4,10 +4,9 @@
 Every replica runs a Reaper; only the one holding the `lease:reaper` lease acts. Each tick:
 1. turns still `running` whose heartbeat is older than the lease TTL are closed as
    `error:lost` with a `turn_ended` event, so the thread is usable again and its history
-   stays valid;
-2. each feature's sweep runs (subagents: a child whose turn was lost tells its parent,
-   `errored`, reason `lost`);
-3. threads with mailbox items pending for longer than the TTL (the replica that accepted
+   stays valid; a lost subagent's parent is told (`errored`, reason `lost`) in the same
+   statement, and woken;
+2. threads with mailbox items pending for longer than the TTL (the replica that accepted
    them died before running them) are woken. This is also the reconciler of results that
    were claimed (pushed into a parent's mailbox) but whose wake was lost.
 """
@@ -17,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
 
 from ator.coord.base import Coordinator
 from ator.engine.actor import Actor
@@ -46,7 +44,6 @@ class Reaper:
         owner: str,
         ttl: float,
         interval: float,
-        sweeps: Sequence[Callable[[], Awaitable[int]]] = (),
     ) -> None:
         self.db = db
         self.coord = coord
@@ -56,7 +53,6 @@ class Reaper:
         self.token = f"{owner}:reaper:{uuid.uuid4().hex[:8]}"
         self.ttl = ttl
         self.interval = interval
-        self.sweeps = list(sweeps)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -94,8 +90,8 @@ class Reaper:
                                                    "owner": turn.owner})
             # Tell listeners (waiters, sockets) the turn ended; the event is already committed.
             await self.runner.publisher.events(Scope(turn.org_id), turn.thread_id, [turn.ended])
-        for sweep in self.sweeps:  # features' own (subagents: tell parents of lost children)
-            await sweep()
+            if turn.told_parent is not None:  # a lost subagent's parent was told: wake it
+                await self.actor.notify(Scope(turn.org_id), turn.told_parent)
         for org_id, thread_id in await mailbox_store.pending_threads(self.db, older_than=self.ttl):
             self.actor.wake(Scope(org_id), thread_id, force=True)
         return len(lost)

@@ -130,8 +130,7 @@ class Ator(McpMethods):
         self.mcp = McpService(settings, db, master_key)
         self.toolsets += [self.mcp.gated, self.mcp.toolset]
         # Subagents plug in through the seams: tools, a service, two hooks, a turn end.
-        self.subagents = Subagents(db, _ActorWaker(self), ceilings=settings.cap_ceilings,
-                                   lost_after=settings.lease_ttl)
+        self.subagents = Subagents(db, _ActorWaker(self), ceilings=settings.cap_ceilings)
         hooks = [McpNotices(self.mcp.toolset), ResultInjector(self.subagents),
                  ChildBudget(self.subagents), *hooks]
         services = {StoredResults: self.mcp.results, Subagents: self.subagents,
@@ -149,8 +148,7 @@ class Ator(McpMethods):
         self.loop_lag = LoopLag()
         self.reaper = Reaper(db=db, coord=coord, actor=self.actor, runner=self.runner,
                              owner=self.owner, ttl=settings.lease_ttl,
-                             interval=settings.reaper_interval,
-                             sweeps=[self.subagents.reconcile])
+                             interval=settings.reaper_interval)
         self._engine_started = False
 
     @classmethod

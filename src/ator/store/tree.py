@@ -15,11 +15,12 @@ id that spawned it (`spawned_by`, unique per parent) and its delegation `contrac
                per parent mailbox: that insert is the claim, so a parent is told once.
 - `cancel`     marks a subtree cancelled and drops results still pending from it.
 - `RESULT_SQL` is shared with the reaper's sweep (store/turns.py), which tells the parent
-               of a lost child in the statement that closes the child's turn.
+               of a lost child in the statement that closes the child's turn's log.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import uuid
 from dataclasses import dataclass
@@ -30,14 +31,15 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from ator.errors import NotFound, ValidationFailed
+from ator.security.untrusted import neutralize
 from ator.store.database import Database
 from ator.store.records import TreeNode as Node
 from ator.store.scope import Scope
 
 __all__ = [
+    "PAGE_CHARS",
     "RESULT_SQL",
-    "LastEnd",
-    "Node",
+    "SUMMARY_CHARS",
     "ParentInfo",
     "Refused",
     "ResultPart",
@@ -47,18 +49,17 @@ __all__ = [
     "cancel",
     "child",
     "final_text",
-    "last_end",
     "live",
     "parent_info",
     "pending_results",
-    "push_result",
+    "render",
     "result_params",
     "set_org_caps",
     "spawn",
     "spend",
+    "status_of_turn",
     "told",
     "tree",
-    "untold",
 ]
 
 RESULT_CMID = "subagent:"  # + the child's id: the parent's mailbox holds one per child
@@ -208,6 +209,62 @@ async def spawn(
     return Spawned(child_id, alias, created=True)
 
 
+# What the parent is told --------------------------------------------------------------
+#
+# The item's `text` is the child's final text, capped at SUMMARY_CHARS, inside a
+# `<subagent_result …>` element whose attributes ator writes; in the child's text, what could
+# pass for that element's end, the untrusted-data wrapper or a role marker is neutralized.
+# The history wraps the whole item as untrusted data (agent.history.injected_blocks).
+
+SUMMARY_CHARS = 4_000  # what the parent reads at once; agent_result pages through the rest
+PAGE_CHARS = 16_000
+TAGS = ("subagent_result", "untrusted-data")
+
+
+def status_of_turn(status: str, stop_reason: str) -> tuple[str, str | None]:
+    """The result status (`done`, `errored`, `cancelled`, `budget`) and, when not done, the
+    reason, from how the child's turn ended (outcome.py statuses)."""
+    if status == "done":
+        return "done", None
+    if status == "budget":
+        return "budget", stop_reason
+    if status == "stopped":
+        return "cancelled", stop_reason.split(":", 1)[-1]
+    if status == "lost":
+        return "errored", "lost"
+    return "errored", stop_reason.removeprefix("error:")
+
+
+def render(
+    *, child_id: UUID, alias: str, title: str, status: str, reason: str | None, steps: int,
+    tokens: int, usd: Decimal, text: str, error: str | None,
+) -> tuple[dict[str, Any], str]:
+    """The result's content (for the parent's mailbox) and its text, where `{duration}`
+    stands for the child's age in seconds (filled in by the statement that pushes it)."""
+    body = text.strip() or "(the subagent wrote no text)"
+    cut = len(body) > SUMMARY_CHARS
+    shown = neutralize(body[:SUMMARY_CHARS], TAGS)
+    attrs = {"id": str(child_id), "alias": alias, "title": title, "status": status}
+    if reason:
+        attrs["reason"] = reason
+    attrs.update({"steps": str(steps), "tokens": str(tokens), "usd": str(usd)})
+    head = " ".join(f'{k}="{html.escape(v, quote=True)}"' for k, v in attrs.items())
+    lines = [f'<subagent_result {head} duration_s="{{duration}}">', shown]
+    if error:
+        lines.append(f"[ator] The subagent's turn ended with: {neutralize(error, TAGS)}")
+    if cut:
+        lines.append(f"[ator] Cut at {SUMMARY_CHARS} of {len(body)} characters: call "
+                     f'agent_result(id="{alias}", page=1) for all of it.')
+    lines.append("</subagent_result>")
+    content = {
+        "source": f"subagent {alias}",
+        "subagent": {"id": str(child_id), "alias": alias, "title": title, "status": status,
+                     "reason": reason, "steps": steps, "tokens": tokens, "usd": str(usd),
+                     "chars": len(text), "truncated": cut},
+    }
+    return content, "\n".join(lines)
+
+
 def told(c: str) -> str:
     """SQL: the child thread aliased `c` has told its parent (its one result row exists)."""
     return (f"EXISTS (SELECT 1 FROM mailbox r WHERE r.thread_id = {c}.parent_id"
@@ -222,8 +279,9 @@ def live(c: str) -> str:
 # The claim and the push, one WITH-item: the parent's mailbox holds at most one result per
 # child (unique client id `subagent:<child id>`), so the insert *is* the claim, exactly once
 # whoever races. `_turn` (the step's turn update) must have matched: a turn closed elsewhere
-# pushes nothing here (the reaper's reconcile does). The child's own thread row is not
-# updated here: the step's event append already updates it in this statement.
+# pushes nothing here (the reaper's sweep tells the parent of a lost one). The child's own
+# thread row is not updated here: the step's event append already updates it in this
+# statement, and PostgreSQL applies only one update per row per statement.
 RESULT_SQL = f"""_result AS (
   INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content)
   SELECT :r_id, :org_id, p.id, :r_cmid, 'notification',
@@ -403,78 +461,6 @@ async def spend(db: Database, scope: Scope, thread_id: UUID, root_id: UUID) -> T
     r = rows[0]
     return TreeSpend(int(r["steps"]), int(r["tokens"]), Decimal(r["usd"]),
                      int(r["tree_tokens"]), Decimal(r["tree_usd"]), dict(r["contract"] or {}))
-
-
-async def untold(db: Database, *, lost_after: float, limit: int = 100) -> list[tuple[UUID, UUID]]:
-    """(org_id, child_id) of children whose parent was never told and who will not tell it
-    by themselves: nothing runs or waits in their mailbox, none of their own children is
-    still running, and their last turn was lost (or ended more than `lost_after` seconds
-    ago: a final write whose claim did not match, e.g. a process that died right after).
-    All orgs: the reaper's sweep."""
-    stmt = sa.text(f"""
-        SELECT c.org_id, c.id FROM threads c
-          JOIN LATERAL (SELECT status, ended_at FROM turns u
-                         WHERE u.thread_id = c.id AND u.org_id = c.org_id
-                         ORDER BY started_at DESC LIMIT 1) last ON true
-         JOIN threads p ON p.id = c.parent_id AND p.org_id = c.org_id
-         WHERE c.parent_id IS NOT NULL AND {live("c")} AND c.deleted_at IS NULL
-           AND p.deleted_at IS NULL AND p.cancelled_at IS NULL AND last.status <> 'running'
-           AND (last.status = 'lost' OR last.ended_at < now() - make_interval(secs => :age))
-           AND NOT EXISTS (SELECT 1 FROM mailbox m WHERE m.thread_id = c.id
-                            AND m.org_id = c.org_id AND m.turn_id IS NULL)
-           AND NOT EXISTS (SELECT 1 FROM threads g WHERE g.parent_id = c.id
-                            AND g.org_id = c.org_id AND {live("g")})
-         LIMIT :limit
-    """)
-    rows = await db.fetch(stmt, {"age": lost_after, "limit": limit}, write=False)
-    return [(r["org_id"], r["id"]) for r in rows]
-
-
-@dataclass(frozen=True, slots=True)
-class LastEnd:
-    alias: str | None
-    title: str
-    status: str
-    stop_reason: str
-    error: str | None
-    steps: int
-    tokens: int
-    usd: Decimal
-    text: str
-
-
-async def last_end(db: Database, scope: Scope, child_id: UUID) -> LastEnd | None:
-    """How the child's last turn ended, with its final text."""
-    stmt = sa.text("""
-        SELECT t.alias, t.title, u.status, u.stop_reason, u.error, u.steps, u.cost_usd,
-               u.input_tokens + u.output_tokens + u.cache_read_tokens
-                 + u.cache_write_tokens AS tokens
-          FROM threads t JOIN turns u ON u.thread_id = t.id AND u.org_id = t.org_id
-         WHERE t.id = :id AND t.org_id = :org_id AND u.status <> 'running'
-         ORDER BY u.started_at DESC LIMIT 1
-    """)
-    rows = await db.fetch(stmt, {"id": child_id, "org_id": scope.org_id}, write=False)
-    if not rows:
-        return None
-    r = rows[0]
-    text = await final_text(db, scope, child_id)
-    return LastEnd(r["alias"], r["title"], r["status"], r["stop_reason"] or "error:lost",
-                   r["error"], int(r["steps"]), int(r["tokens"]), Decimal(r["cost_usd"]), text)
-
-
-async def push_result(
-    db: Database, scope: Scope, child_id: UUID, content: dict[str, Any], text: str
-) -> UUID | None:
-    """Claim and push a result outside a turn's write (the reaper's reconcile): the same
-    claim as a final write's, so a parent is told once whoever gets there first. Returns
-    the parent's id when this call told it."""
-    stmt = sa.text(f"WITH _turn AS (SELECT 1), {RESULT_SQL}"
-                   " SELECT (SELECT thread_id FROM _result) AS parent")
-    params = {"thread_id": child_id, "org_id": scope.org_id,
-              **result_params(child_id, content, text)}
-    rows = await db.fetch(stmt, params, write=True)
-    parent: UUID | None = rows[0]["parent"]
-    return parent
 
 
 async def set_org_caps(db: Database, scope: Scope, caps: dict[str, Any]) -> None:

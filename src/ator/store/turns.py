@@ -26,6 +26,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from ator.errors import NotFound
+from ator.store import tree
 from ator.store.database import Database, first
 from ator.store.events import HISTORY_KINDS, append_cte, event_params, to_event
 from ator.store.ledger import LIMIT_SQL, SETTLE_TURN_SET, SETTLE_USAGE_SET
@@ -448,46 +449,61 @@ class LostTurn:
     turn_id: UUID
     owner: str
     ended: Event  # the committed `turn_ended` event
+    told_parent: UUID | None = None  # a subagent's parent, told `errored: lost` (to wake)
+
+
+_LOST = "owner stopped heartbeating"
+_TOLD_LOST = "the server running it stopped before it finished"
 
 
 async def reap_lost_turns(db: Database, ttl: float, *, sweeper: str) -> list[LostTurn]:
     """Close turns whose owner stopped heartbeating more than `ttl` seconds ago (all orgs:
     this is the reaper's system-level sweep) and append their `turn_ended` events. The
     sweeping process's own turns (owner `sweeper`) are never closed here: it is running, so
-    they are not lost, only late; its actor decides their end."""
-    stmt = sa.text("""
+    they are not lost, only late; its actor decides their end.
+
+    A lost subagent's parent is told (`errored`, reason `lost`) by the statement that
+    appends its `turn_ended`, with the same claim as a final write's (store/tree.py): the
+    caller wakes `told_parent`, and if it dies first the mailbox sweep does."""
+    stmt = sa.text(f"""
         UPDATE turns SET status = 'lost', stop_reason = 'error:lost',
-               error = 'owner stopped heartbeating', ended_at = now()
+               error = '{_LOST}', ended_at = now()
          WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => :ttl)
            AND owner <> :sweeper
-        RETURNING org_id, thread_id, id, owner
+        RETURNING org_id, thread_id, id, owner, steps, cost_usd,
+                  input_tokens + output_tokens + cache_read_tokens + cache_write_tokens
+                    AS tokens,
+                  (SELECT t.parent_id FROM threads t WHERE t.id = turns.thread_id) AS parent_id,
+                  (SELECT t.alias FROM threads t WHERE t.id = turns.thread_id) AS alias,
+                  (SELECT t.title FROM threads t WHERE t.id = turns.thread_id) AS title
     """)
     seq_cte, insert = append_cte()
     append = sa.text(f"WITH {seq_cte} {insert}")
+    append_and_tell = sa.text(
+        f"WITH _turn AS (SELECT 1), {tree.RESULT_SQL}, {seq_cte}, _ev AS ({insert})"
+        " SELECT _ev.*, (SELECT thread_id FROM _result) AS told FROM _ev")
     lost: list[LostTurn] = []
     async with db.begin() as conn:
         for row in (await conn.execute(stmt, {"ttl": ttl, "sweeper": sweeper})).all():
             params = {"org_id": row.org_id, "thread_id": row.thread_id, "turn_id": row.id}
-            params.update(
-                event_params(
-                    [
-                        (
-                            "turn_ended",
-                            {
-                                "turn_id": str(row.id),
-                                "status": "lost",
-                                "stop_reason": "error:lost",
-                                "error": "owner stopped heartbeating",
-                            },
-                        )
-                    ]
-                )
-            )
-            appended = (await conn.execute(append, params)).first()
+            params.update(event_params([("turn_ended", {
+                "turn_id": str(row.id), "status": "lost", "stop_reason": "error:lost",
+                "error": _LOST})]))
+            statement = append
+            if row.parent_id is not None:
+                status, reason = tree.status_of_turn("lost", "error:lost")
+                content, text = tree.render(
+                    child_id=row.thread_id, alias=row.alias or "", title=row.title or "",
+                    status=status, reason=reason, steps=row.steps, tokens=int(row.tokens),
+                    usd=row.cost_usd, text="", error=_TOLD_LOST)
+                params.update(tree.result_params(row.thread_id, content, text))
+                statement = append_and_tell
+            appended = (await conn.execute(statement, params)).first()
             if appended is None:
                 continue  # its thread is gone: the turn is closed, there is no log to tell
             ended = to_event(appended, row.thread_id)
-            lost.append(LostTurn(row.org_id, row.thread_id, row.id, row.owner, ended))
+            told = getattr(appended, "told", None)
+            lost.append(LostTurn(row.org_id, row.thread_id, row.id, row.owner, ended, told))
     return lost
 
 

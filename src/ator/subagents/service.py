@@ -1,5 +1,5 @@
 """The subagent service: delegation trees plugged into the engine through its seams (layer:
-subagents; imports agent, tools, store, errors, outcome, settings).
+subagents; imports agent, providers.base, store, errors).
 
     agent_spawn ─► Subagents.spawn: caps, then child thread + first mailbox item in one
                    transaction (idempotent per tool-use id) ─► wake the child
@@ -12,8 +12,10 @@ subagents; imports agent, tools, store, errors, outcome, settings).
     child's calls ─► ChildBudget (before_call): its own budget and the tree's
     stop ─► Subagents.cascade: mark the subtree cancelled (results dropped), abort its turns
                    on whichever replica runs them
-    reaper tick ─► Subagents.reconcile: a child whose turn ended without telling its parent
-                   (lost with its replica) tells it now (`errored`, reason `lost`)
+    a claim committed but its wake lost (the process died) ─► the reaper's sweep of pending
+                   mailbox items wakes the parent
+    reaper ─► a child lost with its replica: the statement that closes its turn's log
+                   tells the parent (`errored`, reason `lost`) with the same claim
 
 The engine gives it a `Waker` (the actor: wake a thread, stop a thread's turn anywhere), so
 this package never reaches into the engine.
@@ -31,18 +33,16 @@ from ator.agent.caps import CapCeilings, Caps
 from ator.agent.hooks import Injection, LoopHook, StopTurn
 from ator.agent.state import TurnContext, TurnState
 from ator.errors import ConfigError, NotFound, ToolError
-from ator.obs.logging import get_logger
 from ator.providers.base import ModelRequest
 from ator.store import setups as setup_store
 from ator.store import tree as tree_store
 from ator.store import turns as turn_store
 from ator.store.database import Database
+from ator.store.records import TreeNode
 from ator.store.scope import Scope
-from ator.subagents.results import PAGE_CHARS, render, status_of_turn
+from ator.store.tree import PAGE_CHARS, render, status_of_turn
 
 __all__ = ["ChildBudget", "ResultInjector", "Results", "Subagents", "Waker"]
-
-log = get_logger("ator.subagents")
 
 _CAP_HELP = {
     "depth": ("the tree is already {current} levels deep here (cap {limit}): do this work "
@@ -163,11 +163,10 @@ class Subagents:
     """The service tools reach through `ToolContext.service(Subagents)`."""
 
     def __init__(self, db: Database, waker: Waker, *,
-                 ceilings: CapCeilings | None = None, lost_after: float = 5.0) -> None:
+                 ceilings: CapCeilings | None = None) -> None:
         self.db = db
         self.waker = waker
         self.ceilings = ceilings
-        self.lost_after = lost_after
         self.spawned_in: set[UUID] = set()  # turns of this process that spawned a child
 
     # Tools ----------------------------------------------------------------------------
@@ -236,7 +235,7 @@ class Subagents:
                  "persona": s.persona[:300]}
                 for s in await setup_store.list_setups(self.db, scope)]
 
-    # The stop cascade and the reaper's reconcile ------------------------------------------
+    # The stop cascade -------------------------------------------------------------------
 
     async def cascade(self, scope: Scope, thread_id: UUID) -> list[UUID]:
         """Cancel everything below `thread_id` and stop its running turns wherever they run."""
@@ -245,28 +244,8 @@ class Subagents:
             await self.waker.stop(cancelled, "cascade")
         return ids
 
-    async def reconcile(self) -> int:
-        """Tell the parents of children whose last turn ended without telling them (the
-        turn was lost with its replica, so no final write ran). Returns how many."""
-        told = 0
-        for org_id, child_id in await tree_store.untold(self.db, lost_after=self.lost_after):
-            scope = Scope(org_id)
-            found = await tree_store.last_end(self.db, scope, child_id)
-            if found is None:
-                continue
-            status, reason = status_of_turn(found.status, found.stop_reason)
-            content, text = render(
-                child_id=child_id, alias=found.alias or "", title=found.title, status=status,
-                reason=reason, steps=found.steps, tokens=found.tokens, usd=found.usd,
-                text=found.text, error=found.error)
-            parent = await tree_store.push_result(self.db, scope, child_id, content, text)
-            if parent is not None:
-                told += 1
-                await self.waker.notify(scope, parent)
-        return told
 
-
-def _node_view(n: tree_store.Node) -> dict[str, Any]:
+def _node_view(n: TreeNode) -> dict[str, Any]:
     return {"id": str(n.id), "alias": n.alias, "title": n.title, "status": n.status,
             "steps": n.steps, "tokens": n.tokens, "usd": str(n.usd), "live": n.live,
             "result_delivered": n.told}

@@ -1,5 +1,5 @@
 """What a tool is, what it may reach while it runs, and what it returns (layer: tools;
-imports providers.base for ToolSpec, errors).
+imports providers.base for ToolSpec, errors, security.untrusted).
 
 A tool is a name, a description, a JSON schema for its input and an async handler. A handler
 gets the call's arguments and a `ToolContext`: the ids of where it runs, the turn's abort
@@ -15,7 +15,6 @@ a crashed turn. A result from outside the process (an MCP server, the web, anoth
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -23,6 +22,7 @@ from uuid import UUID
 
 from ator.errors import ToolError
 from ator.providers.base import ToolSpec
+from ator.security.untrusted import neutralize
 
 __all__ = [
     "Tool",
@@ -30,28 +30,11 @@ __all__ = [
     "ToolContext",
     "ToolOutcome",
     "ToolResult",
-    "neutralize",
     "result_block",
     "untrusted",
 ]
 
 T = TypeVar("T")
-
-
-_ROLE_MARKER = re.compile(
-    r"^([ \t>*#-]*)(system|assistant|user|human|developer|tool)(\s*:)",
-    re.IGNORECASE | re.MULTILINE,
-)
-
-
-def neutralize(text: str, tags: tuple[str, ...] = ("untrusted-data",)) -> str:
-    """Defuse what in outside text could pass for our framing: an opening or closing tag
-    named in `tags` (its `<` becomes `&lt;`, so a fake `</untrusted-data>` cannot end the
-    wrapper early) and a line that starts like a role marker (`SYSTEM:`, `Human:`, …),
-    which gets a `[quoted]` prefix."""
-    for tag in tags:
-        text = re.sub(rf"<(\s*/?\s*{re.escape(tag)})", r"&lt;\1", text, flags=re.IGNORECASE)
-    return _ROLE_MARKER.sub(r"\1[quoted] \2\3", text)
 
 
 def untrusted(label: str, text: str) -> str:
