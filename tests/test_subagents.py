@@ -368,3 +368,41 @@ async def test_a_child_gets_its_setups_persona_either_way_and_only_the_tools_it_
         assert seen["other"][1] == ["setup_list"]
         parent_tools = sorted(t.name for t in agents.requests[0].tools)
         assert {"agent_spawn", "agent_status", "agent_abort"} <= set(parent_tools)
+
+
+async def test_stopping_an_idle_intermediate_cancels_below_it_and_tells_its_parent_once(
+    make_ator,
+) -> None:
+    def parent(request: ModelRequest) -> Reply:
+        if results_in(request):
+            return Reply(text="heard back")
+        if spawned_tool_results(request):
+            return Reply(text="waiting for the lead")
+        return Reply(calls=[_spawn("lead", "delegate further")])
+
+    def child(task: str, request: ModelRequest) -> Reply:
+        if task == "grind":
+            return Reply(hang=True)
+        if spawned_tool_results(request):
+            return Reply(text="waiting for my grinder")
+        return Reply(calls=[_spawn("grinder", "grind")])
+
+    agents = Agents(parent, child)
+    async with make_ator(providers={"agents": agents}) as ator:
+        scope, root = await new_thread(ator, "agents")
+        await ator.ask(scope, root.id, "go", timeout=30)
+        (lead,) = [n for n in await ator.tree(scope, root.id) if n.depth == 1]
+        await wait_for_event(ator, scope, lead.id, lambda e: e.kind == "turn_ended")
+        (grinder,) = [n for n in await ator.tree(scope, lead.id) if n.depth == 2]
+        await wait_for_event(ator, scope, grinder.id, lambda e: e.kind == "turn_started")
+        assert await ator.stop(scope, lead.id) is False  # idle: it waits for the grinder
+        ended = await wait_for_event(ator, scope, grinder.id, lambda e: e.kind == "turn_ended")
+        assert ended.data["stop_reason"] == "cancelled:cascade"
+        (found,) = await _wait_results(ator, scope, root.id, 1)
+        meta = found.data["subagent"]
+        assert (meta["alias"], meta["status"], meta["reason"]) == (lead.alias, "cancelled",
+                                                                  "user")
+        assert "waiting for my grinder" in found.data["text"]
+        assert await ator.stop(scope, lead.id) is False  # again: nothing more to tell
+        assert len(await _notifications(ator, scope, root.id)) == 1
+        assert [e.kind for e in await ator.events(scope, lead.id)].count("notification") == 0

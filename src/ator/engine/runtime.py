@@ -436,7 +436,7 @@ class Ator(McpMethods):
         so a turn that starts later is not stopped by it. Raises NotFound (another org's)."""
         await thread_store.get_thread(self.db, scope, thread_id)  # 404 for another org
         # Its subagents stop with it, wherever they run; their results are dropped.
-        await self.subagents.cascade(scope, thread_id)
+        await self.subagents.cascade(scope, thread_id, reason)
         if await self.coord.holder(lease_key(thread_id)) is None:
             return False
         await self.actor.stop(thread_id, reason)

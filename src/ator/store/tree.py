@@ -58,6 +58,7 @@ __all__ = [
     "spawn",
     "spend",
     "status_of_turn",
+    "tell_idle",
     "told",
     "tree",
 ]
@@ -310,6 +311,26 @@ def result_params(child_id: UUID, content: dict[str, Any], text: str) -> dict[st
     return {"r_id": uuid.uuid4(), "r_cmid": f"{RESULT_CMID}{child_id}",
             "r_content": json.dumps(content, separators=(",", ":"), default=str),
             "r_text": text}
+
+
+async def tell_idle(
+    db: Database, scope: Scope, child_id: UUID, content: dict[str, Any], text: str
+) -> UUID | None:
+    """Tell the parent of a child that runs no turn now (stopped while it waited for its own
+    subagents, which the stop cancelled: no turn of its will end to tell it). The same claim
+    as a final write's, so if a turn of the child ends too, the parent is still told once.
+    Returns the parent's id when this call told it."""
+    stmt = sa.text(f"""
+        WITH _turn AS (
+          SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM turns WHERE thread_id = :thread_id
+                                       AND org_id = :org_id AND status = 'running')
+        ), {RESULT_SQL}
+        SELECT (SELECT thread_id FROM _result) AS parent
+    """)
+    params = {"thread_id": child_id, "org_id": scope.org_id,
+              **result_params(child_id, content, text)}
+    parent: UUID | None = (await db.fetch(stmt, params, write=True))[0]["parent"]
+    return parent
 
 
 @dataclass(frozen=True, slots=True)

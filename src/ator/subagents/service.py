@@ -237,11 +237,23 @@ class Subagents:
 
     # The stop cascade -------------------------------------------------------------------
 
-    async def cascade(self, scope: Scope, thread_id: UUID) -> list[UUID]:
-        """Cancel everything below `thread_id` and stop its running turns wherever they run."""
+    async def cascade(self, scope: Scope, thread_id: UUID, reason: str = "user") -> list[UUID]:
+        """Cancel everything below `thread_id` and stop its running turns wherever they run.
+        A subagent stopped while idle (waiting for its own subagents, now cancelled) would
+        never end a turn to tell its parent: it tells it `cancelled` here."""
         ids = await tree_store.cancel(self.db, scope, thread_id, include_self=False)
         for cancelled in ids:
             await self.waker.stop(cancelled, "cascade")
+        node = (await tree_store.tree(self.db, scope, thread_id))[0]
+        if node.parent_id is not None and not node.told and not node.live:
+            content, text = render(
+                child_id=node.id, alias=node.alias or "", title=node.title,
+                status="cancelled", reason=reason, steps=node.steps, tokens=node.tokens,
+                usd=node.usd, text=await tree_store.final_text(self.db, scope, node.id),
+                error=None)
+            parent = await tree_store.tell_idle(self.db, scope, node.id, content, text)
+            if parent is not None:
+                await self.waker.notify(scope, parent)
         return ids
 
 
