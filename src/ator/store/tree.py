@@ -1,5 +1,6 @@
 """Subagent trees: spawning a child, pushing its result to the parent exactly once, stopping
-a subtree, and reading a tree (layer: store; imports sqlalchemy, ator.store.*).
+a subtree, and reading a tree (layer: store; imports sqlalchemy, ator.store.*,
+security.untrusted).
 
 A child is a thread with `parent_id`, `root_id`, `depth`, an `alias`, the parent's tool-use
 id that spawned it (`spawned_by`, unique per parent) and its delegation `contract`.
