@@ -16,6 +16,7 @@ from ator.api.app import create_app
 from ator.providers.base import ModelRequest
 from ator.store import keys as key_store
 from ator.store import orgs as org_store
+from ator.store import tree as tree_store
 from tests.conftest import new_thread, wait_for_event
 from tests.subagent_agents import Agents, Reply, spawned_tool_results
 from tests.test_cli import ator as run_cli
@@ -50,9 +51,9 @@ async def running_tree(make_ator) -> AsyncIterator[tuple[Any, Scope, Any, list[u
         yield ator, scope, root, ids
 
 
-async def _key(ator: Any, scope: Scope) -> str:
-    user = await org_store.create_user(ator.db, scope, f"{uuid.uuid4().hex[:6]}@x", "viewer")
-    _, key = await key_store.create_key(ator.db, scope, user_id=user, name="k", role="viewer")
+async def _key(ator: Any, scope: Scope, role: str = "viewer") -> str:
+    user = await org_store.create_user(ator.db, scope, f"{uuid.uuid4().hex[:6]}@x", role)
+    _, key = await key_store.create_key(ator.db, scope, user_id=user, name="k", role=role)
     return key
 
 
@@ -109,3 +110,39 @@ async def test_ator_tree_prints_the_tree_as_it_runs(running_tree, cli_env) -> No
     assert "[done]  steps=1 tokens=15 $0.000000" in fast_line and "live" not in fast_line
     missing = await run_cli(cli_env, "tree", str(uuid.uuid4()), "--org", str(scope.org_id))
     assert missing.returncode == 1 and "thread not found" in missing.stderr
+
+
+async def test_an_org_admin_sets_tree_caps_over_the_api_within_the_ceilings(make_ator) -> None:
+    async with make_ator(rate_limit_per_minute=1000) as ator:
+        app = create_app(ator.settings, runtime=ator)
+        app.state.ator = ator
+        org = await ator.create_org("capped")
+        scope = Scope(org.id)
+        admin = await _key(ator, scope, "admin")
+        viewer = await _key(ator, scope)
+        stranger = await _key(ator, Scope((await ator.create_org("stranger")).id), "admin")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://ator") as client:
+            def put(key: str, body: Any) -> Any:
+                return client.put(f"/v1/orgs/{org.id}/tree-caps", json=body,
+                                  headers={"Authorization": f"Bearer {key}"})
+
+            ok = await put(admin, {"subagent_width": 1, "tree_usd": 0.5})
+            assert ok.status_code == 200, ok.text
+            assert ok.json()["tree_caps"] == {"subagent_width": 1, "tree_usd": 0.5}
+            high = await put(admin, {"subagent_depth": 11})
+            assert high.status_code == 422 and high.json()["code"] == "cap_above_ceiling"
+            unknown = await put(admin, {"max_steps": 3})
+            assert unknown.status_code == 422
+            assert (await put(admin, {"subagent_live": -1})).status_code == 422
+            assert (await put(viewer, {"subagent_width": 2})).status_code == 403
+            assert (await put(stranger, {"subagent_width": 2})).status_code == 404
+            huge = await client.put(f"/v1/orgs/{org.id}/tree-caps", content=b"{" * 100_000,
+                                    headers={"Authorization": f"Bearer {admin}",
+                                             "content-type": "application/json"})
+            assert huge.status_code in (400, 413, 422)
+        # What was set is what a spawn sees: the second child of a parent is refused.
+        info = await tree_store.parent_info(ator.db, scope, (await ator.create_thread(
+            scope, (await ator.create_setup(scope, name="s", provider="scripted",
+                                            model="m")).id)).id)
+        assert info.org_caps == {"subagent_width": 1, "tree_usd": 0.5}
