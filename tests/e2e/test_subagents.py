@@ -1,7 +1,8 @@
 """Subagents end to end over HTTP, against a real `ator serve` and the wire-level provider
 fakes: a parent's model (Anthropic wire) calls agent_spawn three times in one step, three
 children (OpenAI wire) answer, and the parent's next model request carries the three
-results, each once, wrapped as untrusted data. Then the tree, and another org's view of it.
+results, each once, wrapped as untrusted data. Then the tree, another org's view of it, and
+the org's tree caps (refused for another org, bounded bodies).
 """
 
 from __future__ import annotations
@@ -108,3 +109,17 @@ async def test_three_spawns_in_one_step_three_results_in_the_next_request(
         assert hidden.status_code == 404 and hidden.json()["code"] == "not_found"
         child_id = tree["children"][0]["id"]
         assert (await snoop.request("GET", f"/v1/threads/{child_id}/tree")).status_code == 404
+        # The org's tree caps: set by its admin, refused for another org, bounded bodies.
+        caps = await api.ok("PUT", f"/v1/orgs/{org['id']}/tree-caps", json={
+            "subagent_width": 2})
+        assert caps["tree_caps"] == {"subagent_width": 2}
+        assert (await snoop.request("PUT", f"/v1/orgs/{org['id']}/tree-caps",
+                                    json={"subagent_width": 99})).status_code == 404
+        huge = await api.request("PUT", f"/v1/orgs/{org['id']}/tree-caps",
+                                 content=b"[" * 3_000_000,
+                                 headers={"content-type": "application/json"})
+        assert huge.status_code == 413
+        bad = await api.request("PUT", f"/v1/orgs/{org['id']}/tree-caps",
+                                json={"subagent_width": "many"})
+        assert bad.status_code == 422
+        assert bad.headers["content-type"].startswith("application/problem+json")
