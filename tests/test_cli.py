@@ -24,6 +24,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from ator import Ator, Scope
+from ator.agent.prompt import CORE_VERSION
 from ator.api.app import create_app
 from ator.cli.conversation import RemoteConversation, TurnFollower
 from ator.cli.main import app
@@ -68,7 +69,7 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 def test_help_lists_every_command() -> None:
     result = CliRunner().invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("serve", "migrate", "demo", "chat", "doctor", "inspect", "admin"):
+    for command in ("serve", "migrate", "demo", "chat", "doctor", "inspect", "tree", "admin"):
         assert command in result.output
 
 
@@ -310,7 +311,7 @@ async def test_inspect_shows_each_call_of_a_turn(cli_env) -> None:
     finally:
         await runtime.close()
     out = flat(ok(await ator(cli_env, "inspect", str(turn.id))))
-    assert "step 1" in out and "layers core v1" in out
+    assert "step 1" in out and f"layers core v{CORE_VERSION}" in out
     assert "diff first call of the thread" in out
     raw = json.loads(ok(await ator(cli_env, "inspect", str(turn.id), "--json")))
     assert raw[0]["turn_id"] == str(turn.id) and raw[0]["request"]["layers"][0]["name"] == "core"

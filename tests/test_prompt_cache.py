@@ -9,7 +9,7 @@ from typing import Any
 
 from ator.agent.caps import Caps
 from ator.agent.inspection import describe, diff
-from ator.agent.prompt import CORE_PROMPT, DATA_RULE, build_system, prompt_layers
+from ator.agent.prompt import CORE_PROMPT, CORE_VERSION, DATA_RULE, build_system, prompt_layers
 from ator.agent.state import TurnContext
 from ator.providers.anthropic import AnthropicProvider, build_params
 from ator.providers.base import ModelRequest, SystemBlock, ToolSpec
@@ -37,7 +37,7 @@ def test_layers_come_in_a_fixed_order_with_versions() -> None:
     tools = [ToolSpec("calc", "Adds.\nMore.", {"type": "object"})]
     blocks, meta = build_system(prompt_layers(turn), tools)
     assert [m["name"] for m in meta] == ["core", "org_policy", "persona", "thread", "tools"]
-    assert [m["version"] for m in meta] == [1, 3, 2, 5, None]
+    assert [m["version"] for m in meta] == [CORE_VERSION, 3, 2, 5, None]
     assert blocks[1].text == "## org_policy\nOrg rule."
     assert blocks[-1].text == "## tools\nYour tools:\n- calc: Adds."
     assert [b.cache for b in blocks] == [False, False, False, False, True]

@@ -44,6 +44,11 @@ class CapCeilings(BaseModel):
     max_output_tokens: int = Field(128_000, ge=1)
     provider_retries: int = Field(10, ge=0)
     persist_calls_after: float = Field(60.0, gt=0, allow_inf_nan=False)
+    subagent_depth: int = Field(10, ge=0)
+    subagent_width: int = Field(100, ge=0)
+    subagent_live: int = Field(500, ge=0)
+    tree_tokens: int = Field(100_000_000, ge=0)
+    tree_usd: float = Field(10_000.0, ge=0, allow_inf_nan=False)
 
 
 class PriceSetting(BaseModel):

@@ -34,7 +34,7 @@ WRITES = ("post", "put", "patch", "delete")
 CALLER_SCOPED = {("put", "/v1/secrets/{name}")}
 # The operator's admins manage every org: the org record and its keys, nothing inside it.
 OPERATOR_MAY = {("get", "/v1/orgs/{org_id}"), ("patch", "/v1/orgs/{org_id}"),
-                ("post", "/v1/orgs/{org_id}/api-keys")}
+                ("post", "/v1/orgs/{org_id}/api-keys"), ("put", "/v1/orgs/{org_id}/tree-caps")}
 MINTED = "minted-from-outside"  # the name of every key a walk tries to make in another org
 
 
@@ -129,6 +129,7 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
         ("post", "/v1/orgs/{org_id}/api-keys"): {"name": MINTED, "role": "admin",
                                                  "email": f"{uuid.uuid4().hex[:8]}@e2e.test"},
         ("put", "/v1/secrets/{name}"): {"value": "overwritten"},
+        ("put", "/v1/orgs/{org_id}/tree-caps"): {"subagent_width": 8},
         ("post", "/v1/setups"): script_setup({"text": "x"}),
         ("patch", "/v1/setups/{setup_id}"): {"name": "renamed-from-outside"},
         ("post", "/v1/threads"): {"setup_id": victim.ids["setup_id"]},

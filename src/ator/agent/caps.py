@@ -38,6 +38,13 @@ class Caps:
     provider_retries: int = 3  # transient errors: 429, 5xx, overloaded, network
     # Tools still running after this many seconds: persist the model's reply before they end.
     persist_calls_after: float = 0.05
+    # Subagent trees (subagents/), checked before every spawn: depth below the root, children
+    # per parent, children not yet finished per tree, and what all descendants may spend.
+    subagent_depth: int = 3
+    subagent_width: int = 8
+    subagent_live: int = 16
+    tree_tokens: int = 2_000_000
+    tree_usd: float = 20.0
 
     @classmethod
     def from_config(

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 from ator.agent.state import TurnContext, TurnState
 from ator.errors import ProviderError
@@ -44,10 +45,13 @@ class StopTurn(Exception):
 class Injection:
     """Something to persist as an event of the turn and show the model between steps.
     `kind` is an event kind the history understands (`notification`); `data` carries at
-    least `text` and `source`."""
+    least `text` and `source`. `mailbox_ids` are pending mailbox items of the thread this
+    injection shows: the write that persists it also takes them into the turn, so the next
+    turn's start never shows them again."""
 
     kind: str
     data: dict[str, Any] = field(default_factory=dict)
+    mailbox_ids: tuple[UUID, ...] = ()
 
 
 class LoopHook:

@@ -22,6 +22,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ator.agent.delegation import DELEGATION_GUIDANCE
 from ator.agent.state import TurnContext
 from ator.providers.base import SystemBlock, ToolSpec
 
@@ -34,10 +35,10 @@ DATA_RULE = (
 CORE_PROMPT = (
     "You are an assistant running inside ator. Answer the user directly and concisely. "
     "Use a tool only when it helps; when a tool fails, read its error and adjust. "
-    + DATA_RULE
+    + DATA_RULE + "\n\n" + DELEGATION_GUIDANCE
 )
 #: Bump when CORE_PROMPT changes: the inspector then names the core layer as the change.
-CORE_VERSION = 1
+CORE_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,9 @@ class TurnContext:
     policy: str = ""
     policy_version: int = 0
     policy_replace: bool = False
+    parent_id: UUID | None = None  # set for a subagent
+    children: int = 0  # subagents of this thread not finished when the turn started
+    contract: dict[str, Any] | None = None  # a subagent's delegation contract
 
     @property
     def user_id(self) -> str:

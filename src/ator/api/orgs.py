@@ -6,6 +6,8 @@ secrets and budget. A key is shown once, at creation.
 Budgets have two levels: the operator sets (or clears) an org's `budget_ceiling_usd`; the
 org's admin sets an optional lower `monthly_budget_usd` (above the ceiling: 422). The org
 can neither raise nor clear the ceiling (403): clearing its own budget leaves it in force.
+`PUT …/tree-caps` sets the org's own subagent tree caps, which lower its setups' (422 above
+the operator's ceiling).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from fastapi import APIRouter, Depends, Path, Response
 
 from ator.api import views
 from ator.api.auth import get_ator, require
-from ator.api.schemas import KeyIn, OrgIn, OrgPatch, SecretIn
+from ator.api.schemas import KeyIn, OrgIn, OrgPatch, SecretIn, TreeCapsIn
 from ator.engine.runtime import Ator
 from ator.errors import NotFound
 from ator.store.records import Principal
@@ -62,6 +64,18 @@ async def patch_org(
                if name in ("monthly_budget_usd", "budget_ceiling_usd")}
     return views.org(await ator.tenancy.update_budgets(p, ator.tenancy.scope_for(p, org_id),
                                                        **changes))
+
+
+@router.put("/orgs/{org_id}/tree-caps")
+async def put_tree_caps(
+    org_id: UUID, body: TreeCapsIn, p: Principal = Depends(require("admin")),
+    ator: Ator = Depends(get_ator),
+) -> dict[str, Any]:
+    caps = body.model_dump(exclude_none=True)
+    scope = ator.tenancy.scope_for(p, org_id)
+    await ator.tenancy.org(scope)  # 404 for an org that does not exist
+    await ator.set_org_caps(scope, caps)
+    return {"org_id": str(org_id), "tree_caps": caps}
 
 
 async def _issue_key(ator: Ator, scope: Scope, body: KeyIn) -> dict[str, Any]:

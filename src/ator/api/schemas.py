@@ -61,6 +61,17 @@ class OrgPatch(_Body):
     budget_ceiling_usd: Decimal | None = _usd()
 
 
+class TreeCapsIn(_Body):
+    """An org's own subagent tree caps; each lowers what the org's setups allow (bounded by
+    the operator's ceilings). Left out: no org-level cap."""
+
+    subagent_depth: int | None = Field(default=None, ge=0)
+    subagent_width: int | None = Field(default=None, ge=0)
+    subagent_live: int | None = Field(default=None, ge=0)
+    tree_tokens: int | None = Field(default=None, ge=0)
+    tree_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
 class KeyIn(_Body):
     name: str = Name
     role: Literal["admin", "member", "viewer"]

@@ -5,7 +5,9 @@
 the same id with different content is a 409 `idempotency_conflict`.
 `GET …/events?wait=N` is a long-poll that returns as soon as a new event is committed; each
 user and org may hold a bounded number at once (429 `too_many_waits`).
-`POST …/stop` says whether a turn was running: 202 `{"stop": "requested", "running": true}`
+`GET …/tree` is the thread and its subagents, nested, with status, usage and `live`.
+`POST …/stop` also stops the thread's subagents (their results are dropped); it says
+whether a turn of the thread itself was running: 202 `{"stop": "requested", "running": true}`
 or 200 `{"stop": "idle", "running": false}`.
 """
 
@@ -127,6 +129,13 @@ async def list_turns(
 ) -> dict[str, Any]:
     await ator.thread(p.scope, thread_id)
     return {"data": [views.turn(t) for t in await ator.turns(p.scope, thread_id, limit=limit)]}
+
+
+@router.get("/threads/{thread_id}/tree")
+async def get_tree(
+    thread_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
+) -> dict[str, Any]:
+    return {"data": views.tree(await ator.tree(p.scope, thread_id))}
 
 
 @router.get("/turns/{turn_id}")

@@ -10,9 +10,9 @@ from typing import Any
 
 from ator.engine.wire import event_frame
 from ator.security.redact import redact
-from ator.store.records import ApiKey, Event, MailboxItem, Org, Setup, Thread, Turn
+from ator.store.records import ApiKey, Event, MailboxItem, Org, Setup, Thread, TreeNode, Turn
 
-__all__ = ["event", "item", "key", "org", "setup", "thread", "turn"]
+__all__ = ["event", "item", "key", "org", "setup", "thread", "tree", "turn"]
 
 
 def _usd(value: Any) -> str | None:
@@ -82,3 +82,20 @@ def turn(t: Turn) -> dict[str, Any]:
         "started_at": t.started_at.isoformat(),
         "ended_at": t.ended_at.isoformat() if t.ended_at else None,
     }
+
+
+def tree(nodes: list[TreeNode]) -> dict[str, Any]:
+    """A thread and its subagents, nested: each node with its title, status, steps, tokens,
+    USD and whether a turn runs now (`live`). `nodes` come parents first."""
+    views: dict[Any, dict[str, Any]] = {}
+    for n in nodes:
+        views[n.id] = {
+            "id": str(n.id), "parent_id": str(n.parent_id) if n.parent_id else None,
+            "alias": n.alias, "title": n.title, "depth": n.depth, "status": n.status,
+            "steps": n.steps, "tokens": n.tokens, "usd": str(n.usd), "live": n.live,
+            "result_delivered": n.told, "created_at": n.created_at.isoformat(),
+            "children": [],
+        }
+        if n.parent_id in views and n is not nodes[0]:
+            views[n.parent_id]["children"].append(views[n.id])
+    return views[nodes[0].id]

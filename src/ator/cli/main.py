@@ -1,8 +1,8 @@
 """The `ator` command (layer: cli; the sync edge: asyncio.run lives here and only here).
 
-Commands: serve, migrate, demo, chat, doctor, inspect, and the admin group. Settings come
-from ATOR_* environment variables (see ator.settings). Each command lives in its own module
-of this package; this one wires them into one typer app.
+Commands: serve, migrate, demo, chat, doctor, inspect, tree, and the admin group. Settings
+come from ATOR_* environment variables (see ator.settings). Each command lives in its own
+module of this package; this one wires them into one typer app.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from ator.cli.chat import chat
 from ator.cli.demo import demo
 from ator.cli.doctor import doctor
 from ator.cli.inspect import inspect
+from ator.cli.tree import tree
 from ator.obs.logging import configure_logging
 from ator.settings import Settings
 
@@ -28,6 +29,7 @@ app.command()(demo)
 app.command()(chat)
 app.command()(doctor)
 app.command()(inspect)
+app.command()(tree)
 app.add_typer(admin_app, name="admin")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 from ator.agent.caps import CapCeilings, Caps
@@ -42,6 +43,10 @@ def freeze(
     policy = ctx.tool_policy or {}
     allow = policy.get("allow")
     deny = list(policy.get("deny") or [])
+    narrowed = (ctx.contract or {}).get("tools")
+    if narrowed is not None:  # a subagent's contract narrows its tools, never widens them
+        allow = [t for t in narrowed
+                 if allow is None or any(fnmatchcase(t, a) for a in allow)]
     snapshot = {
         "engine": engine_version,
         "setup": {
@@ -55,7 +60,8 @@ def freeze(
             "tool_policy": redact(policy),
         },
         "thread": {"instructions_hash": _digest(ctx.instructions),
-                   "instructions_version": ctx.instructions_version, "depth": ctx.depth},
+                   "instructions_version": ctx.instructions_version, "depth": ctx.depth,
+                   **({"tools": narrowed} if narrowed is not None else {})},
         "org": {"policy_hash": _digest(ctx.policy), "policy_version": ctx.policy_version,
                 "policy_replace": ctx.policy_replace},
         "caps": asdict(caps),

@@ -4,9 +4,11 @@
 Every replica runs a Reaper; only the one holding the `lease:reaper` lease acts. Each tick:
 1. turns still `running` whose heartbeat is older than the lease TTL are closed as
    `error:lost` with a `turn_ended` event, so the thread is usable again and its history
-   stays valid;
+   stays valid; a lost subagent's parent is told (`errored`, reason `lost`) in the same
+   statement, and woken;
 2. threads with mailbox items pending for longer than the TTL (the replica that accepted
-   them died before running them) are woken.
+   them died before running them) are woken. This is also the reconciler of results that
+   were claimed (pushed into a parent's mailbox) but whose wake was lost.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class Reaper:
                                                    "owner": turn.owner})
             # Tell listeners (waiters, sockets) the turn ended; the event is already committed.
             await self.runner.publisher.events(Scope(turn.org_id), turn.thread_id, [turn.ended])
+            if turn.told_parent is not None:  # a lost subagent's parent was told: wake it
+                await self.actor.notify(Scope(turn.org_id), turn.told_parent)
         for org_id, thread_id in await mailbox_store.pending_threads(self.db, older_than=self.ttl):
             self.actor.wake(Scope(org_id), thread_id, force=True)
         return len(lost)

@@ -61,10 +61,13 @@ from ator.store import events as event_store
 from ator.store import mailbox as mailbox_store
 from ator.store import setups as setup_store
 from ator.store import threads as thread_store
+from ator.store import tree as tree_store
 from ator.store import turns as turn_store
 from ator.store.database import Database, open_database
-from ator.store.records import Event, MailboxItem, Org, Setup, Thread, Turn
+from ator.store.records import Event, MailboxItem, Org, Setup, Thread, TreeNode, Turn
 from ator.store.scope import Scope
+from ator.subagents.service import ChildBudget, ResultInjector, Results, Subagents
+from ator.subagents.tools import subagent_tools
 from ator.tools.base import Tool
 from ator.tools.builtin import builtin_tools
 from ator.tools.policy import parse_tool_policy
@@ -73,6 +76,20 @@ from ator.tools.toolset import StaticToolset, Toolset
 __all__ = ["Ator", "TurnResult"]
 
 _MAX_TEXT = 100_000
+
+
+class _ActorWaker:
+    """What subagents may ask of the engine: wake a thread, stop a thread's turn anywhere
+    (the actor is made after the service, so it is looked up when used)."""
+
+    def __init__(self, ator: Ator) -> None:
+        self._ator = ator
+
+    async def notify(self, scope: Scope, thread_id: UUID) -> None:
+        await self._ator.actor.notify(scope, thread_id)
+
+    async def stop(self, thread_id: UUID, reason: str = "user") -> None:
+        await self._ator.actor.stop(thread_id, reason)
 
 
 @dataclass
@@ -117,14 +134,19 @@ class Ator(McpMethods):
         self.inspector = Inspector(db)
         self.mcp = McpService(settings, db, master_key)
         self.toolsets += [self.mcp.gated, self.mcp.toolset]
-        hooks = [McpNotices(self.mcp.toolset), *hooks]
-        services = {StoredResults: self.mcp.results, **(services or {})}
+        # Subagents plug in through the seams: tools, a service, two hooks, a turn end.
+        self.subagents = Subagents(db, _ActorWaker(self), ceilings=settings.cap_ceilings)
+        hooks = [McpNotices(self.mcp.toolset), ResultInjector(self.subagents),
+                 ChildBudget(self.subagents), *hooks]
+        services = {StoredResults: self.mcp.results, Subagents: self.subagents,
+                    **(services or {})}
         self.runner = TurnRunner(
             db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
             prices=prices, master_key=master_key, owner=self.owner,
             engine_version=ator.__version__, budget_fail_closed=settings.budget_fail_closed,
             cap_ceilings=settings.cap_ceilings, hooks=list(hooks), services=services,
             context=ContextPolicy.from_settings(settings),
+            ends=[Results(self.subagents)],
         )
         self.actor = Actor(db=db, coord=coord, runner=self.runner, owner=self.owner,
                            lease_ttl=settings.lease_ttl,
@@ -151,13 +173,17 @@ class Ator(McpMethods):
     ) -> Ator:
         """Connect (or start the embedded database), migrate, and start the engine.
 
-        `tools` are the native tools every turn may use (default: the built-ins);
+        `tools` are the native tools every turn may use (default: the built-ins and the
+        subagent tools);
         `toolsets` add tools asked for per turn; `hooks` run around every model call;
         `services` are what tools may reach through `ToolContext.service`.
         `engine=False` gives a client that can write and read but runs no turns and no
         reaper (e.g. an admin command)."""
         settings = settings or Settings()
-        native = StaticToolset(builtin_tools() if tools is None else tools)  # checked first
+        # The default native tools include the subagent tools (agent_spawn, …); a caller
+        # that names its tools adds `subagent_tools()` to delegate.
+        native = StaticToolset([*builtin_tools(), *subagent_tools()] if tools is None
+                               else tools)  # checked first
         if settings.master_key is not None:
             key = MasterKey.from_b64(settings.master_key.get_secret_value())
         else:
@@ -251,6 +277,20 @@ class Ator(McpMethods):
     ) -> Org:
         return await self.tenancy.create_org(name, monthly_budget_usd=monthly_budget_usd,
                                              budget_ceiling_usd=budget_ceiling_usd)
+
+    async def set_org_caps(self, scope: Scope, caps: dict[str, Any]) -> None:
+        """Set the org's subagent tree caps (`subagent_depth`, `subagent_width`,
+        `subagent_live`, `tree_tokens`, `tree_usd`): each lowers what the org's setups
+        allow. Raises ConfigError (422) for another cap, a bad value or one above the
+        operator's ceiling."""
+        tree_caps = {"subagent_depth", "subagent_width", "subagent_live", "tree_tokens",
+                     "tree_usd"}
+        unknown = set(caps) - tree_caps
+        if unknown:
+            raise ValidationFailed(f"not a tree cap: {', '.join(sorted(unknown))}; known: "
+                                   f"{', '.join(sorted(tree_caps))}", code="invalid_cap")
+        Caps.from_config(caps, self.settings.cap_ceilings)
+        await tree_store.set_org_caps(self.db, scope, caps)
 
     async def put_secret(self, scope: Scope, name: str, value: str) -> None:
         await self.tenancy.put_secret(scope, name, value)
@@ -401,10 +441,17 @@ class Ator(McpMethods):
         one was running (some replica held the thread's lease); an idle thread gets no abort,
         so a turn that starts later is not stopped by it. Raises NotFound (another org's)."""
         await thread_store.get_thread(self.db, scope, thread_id)  # 404 for another org
+        # Its subagents stop with it, wherever they run; their results are dropped.
+        await self.subagents.cascade(scope, thread_id, reason)
         if await self.coord.holder(lease_key(thread_id)) is None:
             return False
         await self.actor.stop(thread_id, reason)
         return True
+
+    async def tree(self, scope: Scope, thread_id: UUID) -> list[TreeNode]:
+        """The thread and its subagents, parents first, each with status, steps, tokens,
+        USD and whether a turn runs now. Raises NotFound (another org's thread)."""
+        return await tree_store.tree(self.db, scope, thread_id)
 
     async def events(
         self, scope: Scope, thread_id: UUID, *, after_seq: int = 0, limit: int = 200

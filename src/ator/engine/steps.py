@@ -7,6 +7,10 @@ its billed call, the turn's end, a reply cut short — is one `write_step` compo
 (events, a billed model call, the snapshot, the end, and whatever a feature adds),
 committed, then announced.
 
+A feature that must act when a turn ends (a subagent pushing its result to its parent)
+is a `TurnEnd`: its `parts` join the final write's statement (same transaction as the
+turn's end), and `committed` runs after that write committed (to wake someone).
+
 A model reply that asked for tools is held until its tool results arrive, so a step with
 fast tools is one write (assistant message, model call and results together). The loop calls
 `flush()` when tools are slow, so the call and its cost are durable while they run. Whatever
@@ -21,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from ator.agent.hooks import Injection
 from ator.agent.loop import ModelReply
@@ -36,7 +40,7 @@ from ator.store.database import Database
 from ator.store.scope import Scope
 from ator.tools.base import ToolOutcome
 
-__all__ = ["StepWriter", "TurnLost"]
+__all__ = ["StepWriter", "TurnEnd", "TurnLost"]
 
 Item = tuple[str, dict[str, Any]]
 
@@ -47,6 +51,19 @@ class TurnLost(AtorError):
 
     kind = "lost"
     code = "turn_lost"
+
+
+class TurnEnd(Protocol):
+    """Something a feature adds to a turn's final write, and does once it committed."""
+
+    def parts(self, turn: TurnContext, state: TurnState,
+              finish: turn_store.Finished) -> Sequence[turn_store.StepPart]:
+        """Parts for the statement that ends the turn ([] to add nothing)."""
+        ...
+
+    async def committed(self, turn: TurnContext, write: turn_store.StepWrite) -> None:
+        """After the final write committed (not called when the turn was closed elsewhere)."""
+        ...
 
 
 @dataclass
@@ -75,6 +92,7 @@ class StepWriter:
         turn: TurnContext,
         state: TurnState,
         snapshot: turn_store.Snapshot | None,
+        ends: Sequence[TurnEnd] = (),
     ) -> None:
         self._db = db
         self._publisher = publisher
@@ -84,6 +102,7 @@ class StepWriter:
         self._scope = Scope(turn.org_id)
         self._snapshot = snapshot  # written with the first write
         self._held: _Held | None = None
+        self._ends = tuple(ends)
         self.finished = False
 
     # The loop's StepSink ---------------------------------------------------------------
@@ -121,7 +140,9 @@ class StepWriter:
         await self._write([("compaction", {**record, "step": step})], billed=call)
 
     async def on_injected(self, step: int, items: Sequence[Injection]) -> list[dict[str, Any]]:
-        events = await self._write([(i.kind, {**i.data, "step": step}) for i in items])
+        drained = tuple(m for i in items for m in i.mailbox_ids)
+        events = await self._write([(i.kind, {**i.data, "step": step}) for i in items],
+                                   extra=[turn_store.Drained(drained)] if drained else [])
         return [{"kind": e.kind, "data": e.data} for e in events]
 
     def on_delta(self, event: StreamEvent) -> None:
@@ -206,8 +227,9 @@ class StepWriter:
         *,
         billed: turn_store.ModelCallRow | None = None,
         finish: turn_store.Finished | None = None,
+        extra: Sequence[turn_store.StepPart] = (),
     ) -> list[Any]:
-        parts: list[turn_store.StepPart] = []
+        parts: list[turn_store.StepPart] = list(extra)
         # The reservation held for the call in flight is settled by the write that bills
         # it, or given back with the turn's end when the call never billed.
         released = self._state.reserved_usd
@@ -219,6 +241,8 @@ class StepWriter:
             self._state.reserved_usd = Decimal(0)
         if finish is not None:
             parts.append(finish)
+            for end in self._ends:
+                parts.extend(end.parts(self._turn, self._state, finish))
         if self._snapshot is not None:
             parts.append(self._snapshot)
         t = self._turn
@@ -242,4 +266,7 @@ class StepWriter:
             self.finished = True
             self._metrics.turn_ended(finish.status, finish.stop_reason)
         await self._publisher.events(self._scope, t.thread_id, result.events)
+        if finish is not None:
+            for end in self._ends:
+                await end.committed(self._turn, result)
         return result.events

@@ -39,7 +39,7 @@ from ator.engine.compaction import ContextPolicy
 from ator.engine.config import FrozenConfig, freeze
 from ator.engine.mcp import StoredResults
 from ator.engine.publish import Publisher
-from ator.engine.steps import StepWriter, TurnLost
+from ator.engine.steps import StepWriter, TurnEnd, TurnLost
 from ator.errors import AtorError
 from ator.obs.logging import get_logger
 from ator.obs.metrics import Metrics
@@ -98,6 +98,7 @@ class TurnRunner:
         services: Mapping[type, object] | None = None,
         metrics: Metrics | None = None,
         context: ContextPolicy | None = None,
+        ends: Sequence[TurnEnd] = (),
     ) -> None:
         self.metrics = metrics or Metrics()
         self.context = context or ContextPolicy()
@@ -113,6 +114,7 @@ class TurnRunner:
         self.engine_version = engine_version
         self.budget_fail_closed = budget_fail_closed
         self.cap_ceilings = cap_ceilings
+        self.ends = list(ends)
 
     async def run(
         self, scope: Scope, thread_id: UUID, on_start: Callable[[TurnHandle], None]
@@ -148,7 +150,7 @@ class TurnRunner:
             state = TurnState(messages=build_messages(history), abort=handle.abort)
             turn = self._context(start, turn_id, frozen)
             writer = StepWriter(db=self.db, publisher=self.publisher, metrics=self.metrics,
-                                turn=turn, state=state, snapshot=snapshot)
+                                turn=turn, state=state, snapshot=snapshot, ends=self.ends)
             handle.started = True
             if handle.reason is not None:  # stopped while the turn was being created
                 stop, error = _stopped(handle.reason)
@@ -179,6 +181,7 @@ class TurnRunner:
             persona_version=start.setup_version,
             instructions_version=start.instructions_version, policy=start.policy,
             policy_version=start.policy_version, policy_replace=start.policy_replace,
+            parent_id=start.parent_id, children=start.children, contract=start.contract,
         )
 
     async def _drive(
@@ -236,11 +239,12 @@ class TurnRunner:
         # evicts it meanwhile.
         async with self.providers.lease(start.provider, start.config, resolve) as provider:
             # Compaction first: the gate then reserves for the request actually sent, and
-            # the summary call passes the gate like any call.
+            # the summary call passes the gate and every other hook like any call (a
+            # subagent's own and tree budgets included).
             compaction = CompactionHook(
                 provider=provider, sink=writer, prices=self.prices,
                 limits=self.context.limits(start.provider, start.model, start.config),
-                gates=[gate], stash=self._stash(turn))
+                gates=[gate, *self.hooks], stash=self._stash(turn))
             return await run_loop(turn, state, provider=provider, tools=tools, sink=writer,
                                   prices=self.prices, hooks=[compaction, gate, *self.hooks],
                                   services=self.services)

@@ -12,7 +12,17 @@ from uuid import UUID
 
 from ator.store.scope import Scope
 
-__all__ = ["ApiKey", "Event", "MailboxItem", "Org", "Principal", "Setup", "Thread", "Turn"]
+__all__ = [
+    "ApiKey",
+    "Event",
+    "MailboxItem",
+    "Org",
+    "Principal",
+    "Setup",
+    "Thread",
+    "TreeNode",
+    "Turn",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,4 +140,22 @@ class ApiKey:
     role: str
     revoked_at: datetime | None
     last_used_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TreeNode:
+    """One thread of a subagent tree, with its figures summed over its turns."""
+
+    id: UUID
+    parent_id: UUID | None
+    depth: int
+    title: str
+    alias: str | None
+    status: str  # running, idle, done/errored/… (the last turn's), cancelled
+    steps: int
+    tokens: int
+    usd: Decimal
+    live: bool  # a turn is running now
+    told: bool  # its result is in the parent's mailbox
     created_at: datetime

@@ -150,8 +150,19 @@ threads = sa.Table(
     _created(),
     # Bumped by every edit of `instructions` (0: as created); old texts are in prompt_versions.
     sa.Column("instructions_version", sa.Integer, nullable=False, server_default="0"),
+    # Subagents (migration 0008): the child's short name, the parent's tool-use id that
+    # spawned it (unique per parent: a retried spawn finds its child), the delegation
+    # contract, and when its subtree was stopped (its result row in the parent's mailbox,
+    # `subagent:<id>`, says it told its parent).
+    sa.Column("alias", sa.Text, nullable=True),
+    sa.Column("spawned_by", sa.Text, nullable=True),
+    sa.Column("contract", JSONB, nullable=True),
+    sa.Column("cancelled_at", sa.DateTime(timezone=True), nullable=True),
     sa.Index("ix_threads_org_created", "org_id", sa.text("created_at DESC"), "id"),
     sa.Index("ix_threads_parent", "parent_id"),
+    sa.Index("uq_threads_spawned_by", "parent_id", "spawned_by", unique=True,
+             postgresql_where=sa.text("spawned_by IS NOT NULL")),
+    sa.Index("ix_threads_root", "root_id", postgresql_where=sa.text("parent_id IS NOT NULL")),
 )
 
 turns = sa.Table(

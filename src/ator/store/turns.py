@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
@@ -28,6 +28,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from ator.errors import NotFound
+from ator.store import tree
 from ator.store.database import Database, first
 from ator.store.events import HISTORY_KINDS, append_cte, event_params, to_event
 from ator.store.ledger import (
@@ -40,9 +41,11 @@ from ator.store.ledger import (
 from ator.store.records import Event, Turn
 from ator.store.schema import turns
 from ator.store.scope import Scope
+from ator.store.tree import live
 
 __all__ = [
     "Billed",
+    "Drained",
     "Finished",
     "LostTurn",
     "ModelCallRow",
@@ -65,6 +68,11 @@ WITH _ctx AS (
   -- Read before anything below writes: every CTE sees the statement's starting snapshot,
   -- so `history` is the thread as it was before this turn's events.
   SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
+         t.contract,
+         -- Subagents not finished yet: a parent with some checks for results between steps.
+         (SELECT count(*) FROM threads c
+           WHERE c.parent_id = t.id AND c.org_id = t.org_id AND {live("c")})
+           AS children,
          t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
          s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,
          t.instructions_version, o.policy, o.policy_version, o.policy_replace,
@@ -162,6 +170,8 @@ class TurnStart:
     policy: str = ""
     policy_version: int = 0
     policy_replace: bool = False
+    contract: dict[str, Any] | None = None  # a subagent's delegation contract
+    children: int = 0  # subagents of this thread not finished yet
 
 
 async def start_turn(
@@ -185,7 +195,7 @@ async def start_turn(
         r["instructions"], r["parent_id"], r["root_id"], r["depth"],
         r["deleted_at"] is not None, r["monthly_budget_usd"],
         r["history"], r["instructions_version"], r["policy"], r["policy_version"],
-        r["policy_replace"],
+        r["policy_replace"], r["contract"], int(r["children"]),
     )
     events = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
@@ -222,13 +232,17 @@ class ModelCallRow:
 class StepWrite:
     live: bool  # False: the turn was no longer running; nothing was appended
     events: list[Event]
+    # What the parts' `selects` returned, by column name (a claim's outcome, …).
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class StepPart(Protocol):
     """One piece of a step's statement. A part may add `SET` assignments to the turn's own
     update (`turn_set`), WITH-items of its own (`ctes`, which may refer to `_turn`: it has a
     row only while the turn is still running) and its parameters. Parts are how a feature adds
-    to a step write (a claim, a reservation's release) without a flag on a shared function."""
+    to a step write (a claim, a reservation's release) without a flag on a shared function.
+    `selects` are extra `expr AS name` columns of the statement's result (e.g. whether a
+    claim matched), returned in `StepWrite.extra`."""
 
     @property
     def key(self) -> str: ...
@@ -238,6 +252,8 @@ class StepPart(Protocol):
     def ctes(self) -> list[str]: ...
 
     def params(self) -> dict[str, Any]: ...
+
+    def selects(self) -> list[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +296,9 @@ class Billed:
             out["released"] = self.released
         return out
 
+    def selects(self) -> list[str]:
+        return []
+
 
 @dataclass(frozen=True, slots=True)
 class Released:
@@ -302,6 +321,9 @@ class Released:
     def params(self) -> dict[str, Any]:
         return {"released": self.amount}
 
+    def selects(self) -> list[str]:
+        return []
+
 
 @dataclass(frozen=True, slots=True)
 class Finished:
@@ -321,6 +343,9 @@ class Finished:
     def params(self) -> dict[str, Any]:
         return {"status": self.status, "stop_reason": self.stop_reason, "error": self.error}
 
+    def selects(self) -> list[str]:
+        return []
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -339,6 +364,36 @@ class Snapshot:
     def params(self) -> dict[str, Any]:
         return {"snapshot": json.dumps(self.data, separators=(",", ":"), default=str),
                 "config_hash": self.hash}
+
+    def selects(self) -> list[str]:
+        return []
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """Mailbox items shown to the model between steps, taken into this turn by the same
+    statement that persists them as events (persist, then inject; never twice: the turn's
+    thread lease is held, and `turn_id IS NULL` is the claim)."""
+
+    ids: tuple[UUID, ...]
+    key: str = "drained"
+
+    def turn_set(self) -> str:
+        return ""
+
+    def ctes(self) -> list[str]:
+        return ["""_drain AS (
+  UPDATE mailbox SET turn_id = :turn_id
+   WHERE id = ANY(CAST(:drain_ids AS uuid[])) AND thread_id = :thread_id AND org_id = :org_id
+     AND turn_id IS NULL AND EXISTS (SELECT 1 FROM _turn)
+  RETURNING id
+)"""]
+
+    def params(self) -> dict[str, Any]:
+        return {"drain_ids": list(self.ids)}
+
+    def selects(self) -> list[str]:
+        return ["(SELECT count(*) FROM _drain) AS drained"]
 
 
 _MODEL_CALL = """_mc AS (
@@ -374,6 +429,7 @@ def _step_statement(parts: Sequence[StepPart]) -> sa.TextClause:
         # Data-modifying CTEs run whether the final SELECT reads them or not.
         _step_sql[key] = sa.text(
             "WITH " + ",\n".join(ctes) + "\nSELECT (SELECT count(*) FROM _turn) AS live, "
+            + "".join(f"{c}, " for p in parts for c in p.selects()) +
             "(SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data', data,"
             " 'created_at', created_at) ORDER BY seq), '[]') FROM _ev) AS events"
         )
@@ -405,7 +461,8 @@ async def write_step(
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
         for e in row["events"]
     ]
-    return StepWrite(bool(row["live"]), written)
+    extra = {k: v for k, v in dict(row).items() if k not in ("live", "events")}
+    return StepWrite(bool(row["live"]), written, extra)
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,46 +472,61 @@ class LostTurn:
     turn_id: UUID
     owner: str
     ended: Event  # the committed `turn_ended` event
+    told_parent: UUID | None = None  # a subagent's parent, told `errored: lost` (to wake)
+
+
+_LOST = "owner stopped heartbeating"
+_TOLD_LOST = "the server running it stopped before it finished"
 
 
 async def reap_lost_turns(db: Database, ttl: float, *, sweeper: str) -> list[LostTurn]:
     """Close turns whose owner stopped heartbeating more than `ttl` seconds ago (all orgs:
     this is the reaper's system-level sweep) and append their `turn_ended` events. The
     sweeping process's own turns (owner `sweeper`) are never closed here: it is running, so
-    they are not lost, only late; its actor decides their end."""
-    stmt = sa.text("""
+    they are not lost, only late; its actor decides their end.
+
+    A lost subagent's parent is told (`errored`, reason `lost`) by the statement that
+    appends its `turn_ended`, with the same claim as a final write's (store/tree.py): the
+    caller wakes `told_parent`, and if it dies first the mailbox sweep does."""
+    stmt = sa.text(f"""
         UPDATE turns SET status = 'lost', stop_reason = 'error:lost',
-               error = 'owner stopped heartbeating', ended_at = now()
+               error = '{_LOST}', ended_at = now()
          WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => :ttl)
            AND owner <> :sweeper
-        RETURNING org_id, thread_id, id, owner
+        RETURNING org_id, thread_id, id, owner, steps, cost_usd,
+                  input_tokens + output_tokens + cache_read_tokens + cache_write_tokens
+                    AS tokens,
+                  (SELECT t.parent_id FROM threads t WHERE t.id = turns.thread_id) AS parent_id,
+                  (SELECT t.alias FROM threads t WHERE t.id = turns.thread_id) AS alias,
+                  (SELECT t.title FROM threads t WHERE t.id = turns.thread_id) AS title
     """)
     seq_cte, insert = append_cte()
     append = sa.text(f"WITH {seq_cte} {insert}")
+    append_and_tell = sa.text(
+        f"WITH _turn AS (SELECT 1), {tree.RESULT_SQL}, {seq_cte}, _ev AS ({insert})"
+        " SELECT _ev.*, (SELECT thread_id FROM _result) AS told FROM _ev")
     lost: list[LostTurn] = []
     async with db.begin() as conn:
         for row in (await conn.execute(stmt, {"ttl": ttl, "sweeper": sweeper})).all():
             params = {"org_id": row.org_id, "thread_id": row.thread_id, "turn_id": row.id}
-            params.update(
-                event_params(
-                    [
-                        (
-                            "turn_ended",
-                            {
-                                "turn_id": str(row.id),
-                                "status": "lost",
-                                "stop_reason": "error:lost",
-                                "error": "owner stopped heartbeating",
-                            },
-                        )
-                    ]
-                )
-            )
-            appended = (await conn.execute(append, params)).first()
+            params.update(event_params([("turn_ended", {
+                "turn_id": str(row.id), "status": "lost", "stop_reason": "error:lost",
+                "error": _LOST})]))
+            statement = append
+            if row.parent_id is not None:
+                status, reason = tree.status_of_turn("lost", "error:lost")
+                content, text = tree.render(
+                    child_id=row.thread_id, alias=row.alias or "", title=row.title or "",
+                    status=status, reason=reason, steps=row.steps, tokens=int(row.tokens),
+                    usd=row.cost_usd, text="", error=_TOLD_LOST)
+                params.update(tree.result_params(row.thread_id, content, text))
+                statement = append_and_tell
+            appended = (await conn.execute(statement, params)).first()
             if appended is None:
                 continue  # its thread is gone: the turn is closed, there is no log to tell
             ended = to_event(appended, row.thread_id)
-            lost.append(LostTurn(row.org_id, row.thread_id, row.id, row.owner, ended))
+            told = getattr(appended, "told", None)
+            lost.append(LostTurn(row.org_id, row.thread_id, row.id, row.owner, ended, told))
     return lost
 
 
