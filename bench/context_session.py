@@ -10,8 +10,9 @@ returns `--result-kib` KiB per call. "before" runs the session with no limit tha
 would act on (what every request would have been); "after" with the transport body limit
 `--limit`, as the fake enforces it (a larger body is a 413). Prints one JSON line per run:
 step calls, compaction calls, bytes per step call (mean, p50, max), total bytes sent, the
-USD billed, and what the next turn's start reads of the thread's history (rows and bytes, of
-all). Without ATOR_DATABASE_URL it starts the embedded PostgreSQL.
+USD billed, the cache-hit ratio on the fake's simulated prompt cache, and what the next
+turn's start reads of the thread's history (rows and bytes, of all). Without
+ATOR_DATABASE_URL it starts the embedded PostgreSQL.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ async def session(url: str, data_dir: str, *, iterations: int, size: int,
     settings = Settings(database_url=url, data_dir=data_dir, egress_allow=("127.0.0.1",),
                         cap_ceilings={"max_turn_tokens": 1_000_000_000})
     model = Model(iterations)
-    async with AnthropicWireFake(responder=model, max_body_bytes=limit) as fake:
+    async with AnthropicWireFake(responder=model, max_body_bytes=limit,
+                                 prompt_cache=True) as fake:
         ator = await Ator.open(settings, tools=[page_tool(size)])
         try:
             scope = Scope((await ator.create_org(f"o-{uuid.uuid4().hex[:6]}")).id)
@@ -102,6 +104,8 @@ async def session(url: str, data_dir: str, *, iterations: int, size: int,
         finally:
             await ator.close()
     steps = [len(r.raw) for r in fake.requests if "tools" in r.body]
+    read = sum(r.cache_read_tokens for r in rows)
+    fed = sum(r.input_tokens + r.cache_read_tokens + r.cache_write_tokens for r in rows)
     return {
         "run": "before (no compaction)" if limit is None else f"after (limit {limit} B)",
         "status": result.status, "answer": result.text,
@@ -111,6 +115,9 @@ async def session(url: str, data_dir: str, *, iterations: int, size: int,
                                 "p50": int(statistics.median(steps)), "max": max(steps)},
         "bytes_sent_total": sum(len(r.raw) for r in fake.requests),
         "usd": str(sum((r.cost_usd for r in rows), start=0)),
+        # Cache read / all input tokens, every call (summaries too), on the fake's simulated
+        # Anthropic prompt cache (ator.testing.anthropic_wire.PromptCache).
+        "cache_hit_ratio": round(read / fed, 4) if fed else 0.0,
         "over_limit_requests": len(fake.failures),
         "next_turn_start_reads": {"rows": len(start.history),
                                   "bytes": len(json.dumps([e["data"] for e in start.history])),
