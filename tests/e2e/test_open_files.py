@@ -102,18 +102,26 @@ async def test_a_low_open_file_limit_warns_and_answers_503_not_500(
                         r = await burst.get("/v1/threads")
                     return r.status_code
 
-                # Within the file budget: every request gets a status it can act on.
+                # Within the file budget: every request gets a status it can act on. How
+                # many are served depends on timing: uvicorn answers 503 to every request
+                # while more connections than the cap are open, so on a busy machine where
+                # all 150 connect before the first is read, all of them may be 503s.
                 statuses = await asyncio.gather(*(one(i) for i in range(150)))
                 counts = sorted(Counter(map(str, statuses)).items())
                 assert set(statuses) <= {200, 202, 503}, counts
-                assert statuses.count(200) + statuses.count(202) > 0, counts
                 # Far beyond it (600 sockets at once on 256 files): still never a 500, and
                 # the server stays ready. Connections the process cannot accept wait in the
                 # kernel's backlog; uvloop may drop some of them (a transport error).
                 beyond = await asyncio.gather(*(one(len(threads) + i) for i in range(600)))
                 assert 500 not in beyond
                 assert (await client.get("/readyz")).status_code == 200
-            accepted = [t for i, t in enumerate(threads) if statuses[i] == 202]
+            # After the bursts the server serves again: a message refused with a 503 is
+            # accepted when sent again, and every accepted one gets its turn.
+            refused = [t for i, t in enumerate(threads) if statuses[i] != 202]
+            for thread_id in refused[:5]:
+                r = await client.post(f"/v1/threads/{thread_id}/messages", json={"text": "hi"})
+                assert r.status_code == 202, r.text
+            accepted = [t for i, t in enumerate(threads) if statuses[i] == 202] + refused[:5]
             for thread_id in accepted:
                 seen = 0
                 while True:
