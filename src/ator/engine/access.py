@@ -100,8 +100,11 @@ class Access:
         if found is None:
             self._cache.pop(digest, None)
             return None
-        self._remember(digest, found[0], now, now)
-        return found[0]
+        principal, expires = found
+        # Cached as if read earlier, so the entry goes stale no later than the session ends.
+        expires_in = expires.timestamp() - time.time()
+        self._remember(digest, principal, min(now, now + expires_in - AUTH_CACHE_TTL), now)
+        return principal
 
     def _remember(self, digest: str, principal: Principal, cached: float, touched: float
                   ) -> None:
