@@ -32,8 +32,8 @@ TEXT = "One two three four five six seven eight nine ten eleven twelve. " * 3
 
 @pytest.fixture(scope="module")
 async def model() -> AsyncIterator[PacedModel]:
-    """A model that streams TEXT in 24 pieces over 3 seconds, to every request."""
-    async with PacedModel(duration=3.0, chunks=24, text=TEXT) as paced:
+    """A model that streams TEXT in 32 pieces over 4 seconds, to every request."""
+    async with PacedModel(duration=4.0, chunks=32, text=TEXT) as paced:
         yield paced
 
 
@@ -156,10 +156,16 @@ async def test_stop_a_slow_turn(
     context = await new_context(browser)
     try:
         page = await log_in(context, replica.url, deployment.admin_key)
-        await _create_thread(page, "To be stopped")
+        thread_id = await _create_thread(page, "To be stopped")
         await _send(page, "Count slowly")
         await _partial(page)
+        # A list opened while the turn runs shows it busy from the start, then idle (pushed).
+        listing = await context.new_page()
+        await listing.goto(replica.url + "/ui/")
+        busy = f"[data-thread='{thread_id}'] [data-testid=busy]"
+        await listing.wait_for_selector(f"{busy}[data-busy='1']")
         await page.click("[data-testid=stop]")
+        await listing.wait_for_selector(f"{busy}[data-busy='0']")
         footer = await page.wait_for_selector("[data-testid=turn-footer]")
         assert await footer.get_attribute("data-status") == "stopped"
         assert "cancelled:user" in await footer.inner_text()

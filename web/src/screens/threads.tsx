@@ -6,6 +6,7 @@ import { Link, navigate } from "../router";
 
 interface Thread {
   id: string;
+  busy?: boolean;
   setup_id: string;
   title: string;
   created_at: string;
@@ -38,6 +39,8 @@ export function Threads(props: { live: Live; who: Who }) {
       if (more && cursor) q.set("cursor", cursor);
       const page = await api<{ data: Thread[]; next_cursor: string | null }>("GET", `/v1/threads?${q}`);
       setThreads((old) => (more ? [...old, ...page.data] : page.data));
+      // busy as of this read; the org room's pushes keep it current from here on
+      setBusy((b) => ({ ...Object.fromEntries(page.data.map((t) => [t.id, !!t.busy])), ...b }));
       setCursor(page.next_cursor);
       setError("");
     } catch (e) {
