@@ -262,3 +262,83 @@ async def test_a_replica_restarted_mid_turn_costs_the_page_nothing(
         await shot(page, "09-after-restart")
     finally:
         await context.close()
+
+
+async def test_setups_secrets_keys_and_usage_screens(
+    browser: Browser, single: tuple[Deployment, Replica, dict[str, Any]],
+) -> None:
+    deployment, replica, setup = single
+    client = deployment.client(replica)
+    spent = await client.create_thread(setup["id"], title="Spent")
+    await client.post_message(spent["id"], "spend")
+    await client.follow(spent["id"])
+    admin_ctx, viewer_ctx = await new_context(browser), await new_context(browser, width=420)
+    try:
+        page = await log_in(admin_ctx, replica.url, deployment.admin_key, "/setups")
+        await page.click("text=New setup")
+        editor = page.locator("[data-testid=setup-editor]")
+        await editor.locator("input[name=name]").fill("helper")
+        await editor.locator("input[name=provider]").fill("scripted")
+        await editor.locator("input[name=model]").fill("scripted")
+        await editor.locator("textarea[name=persona]").fill("You help.")
+        await editor.locator("textarea[name=config]").fill('{"script": [{"text": "hi"}')
+        await editor.locator("button[type=submit]").click()
+        assert "not valid JSON" in await editor.locator("[role=alert]").inner_text()
+        await editor.locator("textarea[name=config]").fill(
+            '{"script": [{"text": "hi"}], "caps": {"max_steps": 5}}')
+        await editor.locator("textarea[name=tool_policy]").fill('{"allow": null, "deny": ["x"]}')
+        await editor.locator("button[type=submit]").click()
+        card = page.locator("[data-testid=setup]", has_text="helper")
+        await card.wait_for()
+        assert '"max_steps":5' in await card.inner_text()
+        await card.locator("text=Edit").click()
+        await editor.locator("textarea[name=persona]").fill("You help a lot.")
+        await editor.locator("button[type=submit]").click()
+        await page.locator("[data-testid=setup]", has_text="You help a lot.").wait_for()
+        assert "v2" in await card.inner_text()
+        await shot(page, "10-setups")
+
+        await page.click("header >> text=Secrets")
+        await page.fill("input[placeholder=NAME]", "search_token")
+        await page.fill("input[type=password]", "sk-very-secret-value")
+        await page.click("text=Save secret")
+        await page.wait_for_selector("[data-testid=secrets] >> text=search_token")
+        assert "sk-very-secret-value" not in await page.content()
+        await shot(page, "11-secrets")
+
+        await page.click("header >> text=API keys")
+        await page.fill("input[placeholder='key name']", "reader")
+        await page.fill("input[type=email]", "reader@example.com")
+        await page.select_option("form select", "viewer")
+        await page.click("text=Create key")
+        viewer_key = (await page.locator("[data-testid=new-key]").inner_text()).strip()
+        assert viewer_key.startswith("ator_")
+        await shot(page, "12-keys")
+
+        await page.click("header >> text=Usage")
+        await page.wait_for_selector("[data-testid=usage-chart] rect")
+        await page.select_option("select", "thread")
+        await page.wait_for_selector("[data-testid=usage] >> text=Spent")
+        await shot(page, "13-usage")
+
+        viewer = await log_in(viewer_ctx, replica.url, viewer_key, "/setups")
+        await viewer.wait_for_selector("text=Only admins can create or edit setups")
+        assert await viewer.locator("header >> text=Secrets").count() == 0
+        await viewer.goto(replica.url + f"/ui/threads/{spent['id']}")
+        await viewer.wait_for_selector("[data-testid=turn-footer]")
+        assert await viewer.locator("textarea[name=message]").count() == 0  # viewers read
+        await shot(viewer, "14-viewer-narrow")
+
+        # Revoking the key ends the viewer's session: the next request says what to do.
+        row = page.locator("[data-testid=keys] tr", has_text="reader")
+        page.once("dialog", lambda d: d.accept())
+        await page.click("header >> text=API keys")
+        await row.locator("text=Revoke").click()
+        await row.locator("text=revoked").wait_for()
+        await viewer.click("header >> text=Usage")
+        error = await viewer.wait_for_selector("form.login [role=alert]")  # back to the login
+        assert "Log in again" in await error.inner_text()
+        await shot(viewer, "15-session-ended")
+    finally:
+        await admin_ctx.close()
+        await viewer_ctx.close()

@@ -73,7 +73,12 @@ export async function api<T = any>(method: string, path: string, body?: unknown)
     if (Array.isArray(data?.errors) && data.errors.length) {
       detail += ": " + data.errors.map((e: any) => `${(e.loc ?? []).slice(1).join(".")} ${e.msg}`).join("; ");
     }
-    throw new ApiError(res.status, data?.code ?? "error", String(detail));
+    const error = new ApiError(res.status, data?.code ?? "error", String(detail));
+    // A session that ended (logout elsewhere, revoked key, expiry): back to the login form.
+    if (res.status === 401 && !path.startsWith("/v1/sessions")) {
+      window.dispatchEvent(new CustomEvent("ator:session-ended", { detail: explain(error) }));
+    }
+    throw error;
   }
   return data as T;
 }

@@ -17,7 +17,18 @@ function App() {
   const [who, setWho] = useState<Who | null | undefined>(undefined);
   const [live, setLive] = useState<Live | null>(null);
   const [status, setStatus] = useState<Live["status"]>("connecting");
+  const [ended, setEnded] = useState("");
   const path = usePath();
+
+  useEffect(() => {
+    const onEnded = (e: Event) => {
+      setEnded((e as CustomEvent<string>).detail);
+      setCsrf(null);
+      setWho(null);
+    };
+    window.addEventListener("ator:session-ended", onEnded);
+    return () => window.removeEventListener("ator:session-ended", onEnded);
+  }, []);
 
   useEffect(() => {
     api<Who>("GET", "/v1/sessions/current")
@@ -43,7 +54,9 @@ function App() {
   if (who === null || !who.csrf_token)
     return (
       <Login
+        notice={ended}
         onLogin={(w) => {
+          setEnded("");
           setCsrf(w.csrf_token);
           setWho(w);
           if (path === "/login") navigate("/");

@@ -1,9 +1,9 @@
 import { useState } from "preact/hooks";
 import { api, explain, type Who } from "../api";
 
-export function Login(props: { onLogin: (w: Who) => void }) {
+export function Login(props: { onLogin: (w: Who) => void; notice?: string }) {
   const [key, setKey] = useState("");
-  const [error, setError] = useState("");
+  const [error, setError] = useState(props.notice ?? "");
   const [busy, setBusy] = useState(false);
   const submit = async (e: Event) => {
     e.preventDefault();

@@ -18,13 +18,13 @@ function Chart(props: { rows: Row[]; names: Record<string, string> }) {
   const max = Math.max(...rows.map((r) => Number(r.cost_usd)), 1e-9);
   const h = 22;
   return (
-    <svg class="chart" viewBox={`0 0 400 ${rows.length * h + 4}`} role="img" aria-label="cost by item" data-testid="usage-chart">
+    <svg class="chart" viewBox={`0 0 520 ${rows.length * h + 4}`} role="img" aria-label="cost by item" data-testid="usage-chart">
       {rows.map((r, i) => {
-        const w = Math.max(2, (Number(r.cost_usd) / max) * 250);
+        const w = Math.max(2, (Number(r.cost_usd) / max) * 280);
         const label = props.names[r.key ?? ""] ?? (r.key ?? "—").slice(0, 8);
         return (
           <g transform={`translate(0 ${i * h + 2})`}>
-            <text x="0" y="15" font-size="12">
+            <text x="6" y="15" font-size="12">
               {label.slice(0, 18)}
             </text>
             <rect x="130" y="3" width={w} height="15" rx="2" class="bar" />
