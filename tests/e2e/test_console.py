@@ -342,3 +342,33 @@ async def test_setups_secrets_keys_and_usage_screens(
     finally:
         await admin_ctx.close()
         await viewer_ctx.close()
+
+
+async def test_tool_calls_and_results_show_as_they_happen(
+    browser: Browser, single: tuple[Deployment, Replica, dict[str, Any]],
+) -> None:
+    deployment, replica, _ = single
+    client = deployment.client(replica)
+    setup = await client.ok("POST", "/v1/setups", 201, json={
+        "name": "calc", "provider": "scripted", "model": "scripted", "config": {"script": [
+            {"tool_calls": [{"name": "calculator", "input": {"expression": "6 * 7"}}]},
+            {"text": "The calculator says 42.", "delay": 1.5}]}})
+    thread = await client.create_thread(setup["id"], title="Tools")
+    context = await new_context(browser)
+    try:
+        page = await log_in(context, replica.url, deployment.admin_key, f"/threads/{thread['id']}")
+        await page.wait_for_selector("text=No messages yet")
+        await _send(page, "What is 6 * 7?")
+        call = await page.wait_for_selector("[data-testid=tool-call]")
+        assert "calculator" in await call.inner_text() and "6 * 7" in await call.inner_text()
+        result = await page.wait_for_selector("[data-testid=tool-result]")
+        assert "42" in await result.inner_text()
+        # shown while the turn still runs (the model's answer is 1.5 s away)
+        assert await page.locator("[data-testid=thread-state]").get_attribute("data-busy") == "1"
+        await shot(page, "16-tool-running")
+        footer = await page.wait_for_selector("[data-testid=turn-footer][data-status=done]")
+        assert "2 steps" in await footer.inner_text()
+        assert "The calculator says 42." in await page.locator(
+            "[data-testid=assistant-message]").last.inner_text()
+    finally:
+        await context.close()
