@@ -105,7 +105,13 @@ async def test_logout_revoking_the_key_and_expiry_end_a_session(app: Any) -> Non
             {"h": hash_session(token)})
         assert (await client.get("/v1/setups")).status_code == 401  # expired
 
-        await _login(client, key)
+        await runtime.db.write(sa.text(
+            "UPDATE sessions SET expires_at = now() - interval '2 days' WHERE hash = :h"),
+            {"h": hash_session(token)})
+        await _login(client, key)  # clears the key's sessions that ended days ago
+        rows = await runtime.db.read(sa.text("SELECT 1 FROM sessions WHERE hash = :h"),
+                                     {"h": hash_session(token)})
+        assert rows == []
         assert (await client.get("/v1/setups")).status_code == 200
         me = (await client.get("/v1/sessions/current")).json()
         other = await member_key(runtime, _scope_of(me), "admin")
