@@ -32,8 +32,8 @@ TEXT = "One two three four five six seven eight nine ten eleven twelve. " * 3
 
 @pytest.fixture(scope="module")
 async def model() -> AsyncIterator[PacedModel]:
-    """A model that streams TEXT in 32 pieces over 4 seconds, to every request."""
-    async with PacedModel(duration=4.0, chunks=32, text=TEXT) as paced:
+    """A model that streams TEXT in 40 pieces over 5 seconds, to every request."""
+    async with PacedModel(duration=5.0, chunks=40, text=TEXT) as paced:
         yield paced
 
 
@@ -352,7 +352,7 @@ async def test_tool_calls_and_results_show_as_they_happen(
     setup = await client.ok("POST", "/v1/setups", 201, json={
         "name": "calc", "provider": "scripted", "model": "scripted", "config": {"script": [
             {"tool_calls": [{"name": "calculator", "input": {"expression": "6 * 7"}}]},
-            {"text": "The calculator says 42.", "delay": 1.5}]}})
+            {"text": "The calculator says 42.", "delay": 3.0}]}})
     thread = await client.create_thread(setup["id"], title="Tools")
     context = await new_context(browser)
     try:
@@ -363,7 +363,7 @@ async def test_tool_calls_and_results_show_as_they_happen(
         assert "calculator" in await call.inner_text() and "6 * 7" in await call.inner_text()
         result = await page.wait_for_selector("[data-testid=tool-result]")
         assert "42" in await result.inner_text()
-        # shown while the turn still runs (the model's answer is 1.5 s away)
+        # shown while the turn still runs (the model's answer is 3 s away)
         assert await page.locator("[data-testid=thread-state]").get_attribute("data-busy") == "1"
         await shot(page, "16-tool-running")
         footer = await page.wait_for_selector("[data-testid=turn-footer][data-status=done]")
