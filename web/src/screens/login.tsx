@@ -1,5 +1,5 @@
 import { useState } from "preact/hooks";
-import { api, explain, type Who } from "../api";
+import { api, ApiError, explain, type Who } from "../api";
 
 export function Login(props: { onLogin: (w: Who) => void; notice?: string }) {
   const [key, setKey] = useState("");
@@ -14,7 +14,8 @@ export function Login(props: { onLogin: (w: Who) => void; notice?: string }) {
       setKey(""); // the key is not kept anywhere once exchanged
       props.onLogin(w);
     } catch (err) {
-      setError(explain(err));
+      // A refused key is not an ended session: say what the server said about the key.
+      setError(err instanceof ApiError && err.status === 401 ? err.message : explain(err));
     } finally {
       setBusy(false);
     }
