@@ -4,6 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# The web console: built from web/ into the package (git-ignored, shipped in the wheel), again
+# whenever a web source changes.
+WEB_DIST := src/ator/web/dist/index.html
+WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/index.html web/package.json \
+	web/package-lock.json web/vite.config.ts web/tsconfig.json
+
 .PHONY: install demo test lint bench serve clean
 
 $(STAMP): pyproject.toml
@@ -12,12 +18,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,local]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(WEB_DIST): $(WEB_SRC)
+	cd web && npm ci --no-audit --no-fund && npm run build
 
-demo: $(STAMP)
+install: $(STAMP) $(WEB_DIST)
+
+demo: install
 	$(BIN)/ator demo
 
-test: $(STAMP)
+test: install
 	$(BIN)/pytest
 
 lint: $(STAMP)
@@ -29,8 +38,8 @@ bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/engine_overhead.py
 
-serve: $(STAMP)
+serve: install
 	$(BIN)/ator serve
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache web/node_modules src/ator/web/dist

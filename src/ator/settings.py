@@ -169,6 +169,10 @@ class Settings(BaseSettings):
     # Concurrent long-polls (GET …/events?wait=) per user and per org, counted per process.
     max_waits_per_user: int = Field(default=20, ge=1)
     max_waits_per_org: int = Field(default=200, ge=1)
+    # The web console's built files (default: the ones shipped in the package).
+    web_dir: Path | None = None
+    # Console sessions (a key exchanged for a cookie at POST /v1/sessions) last this long.
+    session_ttl: float = Field(default=12 * 3600.0, gt=0, le=90 * 86400.0)
     # Socket gateway (per replica): connections per user and org, threads one socket may
     # follow at once, and persisted frames queued to one socket before it is made to wait
     # (a socket that does not drain within socket_slow_timeout seconds is disconnected and

@@ -56,6 +56,16 @@ class Deployment:
         self.replicas.append(replica)
         return replica
 
+    def restart(self, replica: Replica) -> Replica:
+        """Stop `replica` (SIGTERM) and start it again on the same port, as a deploy would
+        (clients that reconnect to the same address find the new process)."""
+        replica.stop()
+        # same owner id (from its env), a new log file
+        again = Replica.start(f"{replica.name}-again", self.log_dir, replica.env,
+                              port=replica.port)
+        self.replicas.append(again)
+        return again
+
     def launch(self, name: str) -> Replica:
         """Start one replica without waiting (see Replica.wait_ready)."""
         replica = Replica.launch(name, self.log_dir, self.env)

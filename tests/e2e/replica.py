@@ -71,9 +71,10 @@ class Replica:
         return self.env["ATOR_OWNER_ID"]
 
     @classmethod
-    def launch(cls, name: str, log_dir: Path, env: dict[str, str]) -> Replica:
+    def launch(cls, name: str, log_dir: Path, env: dict[str, str], port: int | None = None
+               ) -> Replica:
         """Start the process without waiting for it; `wait_ready` finishes the start."""
-        port = _free_port()
+        port = port or _free_port()
         log_path = log_dir / f"{name}-{port}.stderr.log"
         full_env = {**_clean_environ(), "ATOR_OWNER_ID": name, "ATOR_LOG_JSON": "false", **env}
         with log_path.open("wb") as log:
@@ -85,11 +86,12 @@ class Replica:
         return cls(name, port, proc, log_path, full_env)
 
     @classmethod
-    def start(cls, name: str, log_dir: Path, env: dict[str, str]) -> Replica:
+    def start(cls, name: str, log_dir: Path, env: dict[str, str], port: int | None = None
+              ) -> Replica:
         """Start `ator serve` and wait until it is ready. Retries once on a port clash (the
         free port is found before the child binds it, so another process may take it)."""
         for attempt in range(3):
-            replica = cls.launch(name, log_dir, env)
+            replica = cls.launch(name, log_dir, env, port)
             try:
                 replica.wait_ready()
                 return replica

@@ -1,7 +1,8 @@
 """The HTTP application (layer: api; imports fastapi, engine.runtime, api.*).
 
 `create_app(settings)` builds the FastAPI app whose lifespan opens the runtime (database,
-coordinator, engine, reaper). All routes are under /v1 except health and metrics. The body
+coordinator, engine, reaper). All routes are under /v1 except health, metrics and the web
+console (/ui, api.console). The body
 limit (api.limits.BodyLimit) wraps everything: it runs before routing, parsing and auth.
 """
 
@@ -14,7 +15,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import ator
-from ator.api import mcp_servers, ops, orgs, prompts, setups, stream, threads
+from ator.api import mcp_servers, ops, orgs, prompts, sessions, setups, stream, threads
+from ator.api.console import mount_console
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.runtime import Ator
@@ -72,8 +74,9 @@ def create_app(
     app.add_middleware(SocketRoute, gateway=gateway)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_problem_handlers(app)
-    for module in (ops, orgs, setups, threads, stream, mcp_servers, prompts):
+    for module in (ops, orgs, sessions, setups, threads, stream, mcp_servers, prompts):
         app.include_router(module.router)
+    mount_console(app, settings.web_dir)
     return app
 
 

@@ -1,7 +1,11 @@
-"""Who is calling, and may they (layer: api; imports engine).
+"""Who is calling, and may they (layer: api; imports engine, security.sessions).
 
 Every /v1 route depends on `require(role)`: the one place roles are enforced. A key is read
-from `Authorization: Bearer <key>` (or `X-API-Key`), its principal looked up by hash
+from `Authorization: Bearer <key>` (or `X-API-Key`); with neither, the console's session
+cookie is used instead, and a write (any method but GET/HEAD/OPTIONS) authenticated by the
+cookie must carry the session's CSRF token in `X-CSRF-Token` (403 `csrf_failed`): the cookie
+is SameSite=Strict as well, so a page on another site gets neither. The credential's
+principal is looked up by hash
 (`Ator.access`: cached briefly, no write per request), the
 per-(org, user) rate limit counted on the coordinator (so it is global across replicas), and
 the ids put into contextvars for logging. Another org's resources are then simply not found:
@@ -19,9 +23,12 @@ from fastapi import Depends, Request
 from ator.context import org_id_var, request_id_var
 from ator.engine.runtime import Ator
 from ator.errors import AtorError, Forbidden, RateLimited
+from ator.security.sessions import CSRF_HEADER, SESSION_COOKIE, csrf_valid
 from ator.store.records import Principal
 
-__all__ = ["ROLE_RANK", "get_ator", "require"]
+__all__ = ["ROLE_RANK", "credential", "get_ator", "require"]
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 ROLE_RANK = {"viewer": 0, "member": 1, "admin": 2}
 _WINDOW = 60.0
@@ -38,6 +45,10 @@ def get_ator(request: Request) -> Ator:
     return ator
 
 
+class CsrfFailed(Forbidden):
+    code = "csrf_failed"
+
+
 def _key_from(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
@@ -45,14 +56,29 @@ def _key_from(request: Request) -> str | None:
     return request.headers.get("x-api-key")
 
 
+def credential(request: Request) -> str | None:
+    """The request's API key, else its session cookie (CSRF-checked for writes)."""
+    key = _key_from(request)
+    if key:
+        return key
+    token = request.cookies.get(SESSION_COOKIE)
+    if not token:
+        return None
+    if request.method not in _SAFE_METHODS and not csrf_valid(
+            token, request.headers.get(CSRF_HEADER)):
+        raise CsrfFailed("a write with the session cookie needs its X-CSRF-Token header; "
+                         "reload the console")
+    return token
+
+
 async def _principal(request: Request, ator: Ator = Depends(get_ator)) -> Principal:
     request_id_var.set(request.headers.get("x-request-id") or uuid.uuid4().hex[:16])
-    key = _key_from(request)
+    key = credential(request)
     if not key:
         raise Unauthenticated("an API key is required (Authorization: Bearer <key>)")
     principal = await ator.access.authenticate(key)
     if principal is None:
-        raise Unauthenticated("the API key is not valid or was revoked")
+        raise Unauthenticated("the API key or session is not valid, expired or was revoked")
     org_id_var.set(str(principal.org_id))
     limit = ator.settings.rate_limit_per_minute
     if limit > 0:

@@ -68,7 +68,9 @@ async def list_threads(
                                parent_id=parent_id)
     page = found[:limit]
     next_cursor = _cursor(page[-1]) if len(found) > limit else None
-    return {"data": [views.thread(t) for t in page], "next_cursor": next_cursor}
+    busy = await ator.busy_many([t.id for t in page])  # then kept current by the org room
+    return {"data": [views.thread(t, busy=b) for t, b in zip(page, busy, strict=True)],
+            "next_cursor": next_cursor}
 
 
 @router.get("/threads/{thread_id}")

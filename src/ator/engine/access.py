@@ -1,7 +1,10 @@
-"""Who may call, with which key (layer: engine; imports store, security).
+"""Who may call, with which key or console session (layer: engine; imports store, security).
 
-The service behind authentication, API keys and provisioning, for the HTTP API and the CLI
-alike (neither touches the key store directly).
+The service behind authentication, API keys, console sessions and provisioning, for the HTTP
+API, the socket gateway and the CLI alike (none touches the key or session store directly).
+`authenticate` takes either credential: an API key (`ator_…`) or a session token (`ators_…`,
+from `open_session`, which exchanges a valid key for one). A session stands for its key's
+principal, read through the key, so revoking the key ends the session as well.
 
 Authentication is read-mostly: a key's principal is cached by the key's hash for a few
 seconds (bounded LRU), so a busy key is not a database round trip per request, and
@@ -17,15 +20,18 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from datetime import datetime
 from uuid import UUID
 
 import sqlalchemy as sa
 
 from ator.errors import Conflict
 from ator.security.keys import hash_key, parse_prefix
+from ator.security.sessions import hash_session, is_session_token, new_session_token
 from ator.settings import Settings
 from ator.store import keys as key_store
 from ator.store import orgs as org_store
+from ator.store import sessions as session_store
 from ator.store.database import Database
 from ator.store.records import ApiKey, Principal
 from ator.store.scope import Scope
@@ -55,7 +61,9 @@ class Access:
         self._cache: OrderedDict[str, tuple[Principal, float, float]] = OrderedDict()
 
     async def authenticate(self, key: str) -> Principal | None:
-        """The principal of a valid, unrevoked key; None otherwise."""
+        """The principal of a valid, unrevoked key or live session; None otherwise."""
+        if is_session_token(key):
+            return await self._session(key)
         if parse_prefix(key) is None:
             return None
         digest = hash_key(key)
@@ -78,11 +86,56 @@ class Access:
         if now - touched >= _TOUCH_EVERY:
             await self._db.write(_TOUCH, {"id": row.id})
             touched = now
-        self._cache[digest] = (principal, now, touched)
+        self._remember(digest, principal, now, touched)
+        return principal
+
+    async def _session(self, token: str) -> Principal | None:
+        digest = hash_session(token)
+        now = time.monotonic()
+        hit = self._cache.get(digest)
+        if hit is not None and now - hit[1] < AUTH_CACHE_TTL:
+            self._cache.move_to_end(digest)
+            return hit[0]
+        found = await session_store.session_principal(self._db, digest)
+        if found is None:
+            self._cache.pop(digest, None)
+            return None
+        principal, expires = found
+        # Cached as if read earlier, so the entry goes stale no later than the session ends.
+        expires_in = expires.timestamp() - time.time()
+        self._remember(digest, principal, min(now, now + expires_in - AUTH_CACHE_TTL), now)
+        return principal
+
+    def _remember(self, digest: str, principal: Principal, cached: float, touched: float
+                  ) -> None:
+        self._cache[digest] = (principal, cached, touched)
         self._cache.move_to_end(digest)
         while len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
-        return principal
+
+    async def open_session(self, key: str) -> tuple[str, Principal, datetime] | None:
+        """Exchange a valid API key for a session token (shown once, stored hashed);
+        None if the key is not valid. The session expires after `session_ttl` seconds."""
+        if is_session_token(key):
+            return None  # a session does not beget sessions
+        principal = await self.authenticate(key)
+        if principal is None:
+            return None
+        token = new_session_token()
+        expires = await session_store.create_session(
+            self._db, principal.key_id, hash_session(token), self._settings.session_ttl)
+        if expires is None:  # revoked between the two statements
+            return None
+        return token, principal, expires
+
+    async def close_session(self, token: str) -> bool:
+        """Log out: the session stops working on this replica now, on others within
+        AUTH_CACHE_TTL seconds. False if it was not a live session."""
+        if not is_session_token(token):
+            return False
+        digest = hash_session(token)
+        self._cache.pop(digest, None)
+        return await session_store.revoke_session(self._db, digest)
 
     async def issue_key(
         self, scope: Scope, *, email: str, role: str, name: str

@@ -21,7 +21,7 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -435,6 +435,10 @@ class Ator(McpMethods):
     async def busy(self, thread_id: UUID) -> bool:
         """Whether some replica holds the thread's lease (a turn is running)."""
         return await self.coord.holder(lease_key(thread_id)) is not None
+
+    async def busy_many(self, thread_ids: Sequence[UUID]) -> list[bool]:
+        """`busy` of each thread (a page of a thread list), asked concurrently."""
+        return list(await asyncio.gather(*(self.busy(t) for t in thread_ids)))
 
     async def stop(self, scope: Scope, thread_id: UUID, reason: str = "user") -> bool:
         """Abort the thread's running turn, on whichever replica runs it. Returns whether

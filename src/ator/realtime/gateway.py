@@ -1,10 +1,13 @@
 """The socket gateway: socket.io on ASGI in the API's app (layer: realtime; imports socketio,
-engine.runtime, engine.stream, store.keys, realtime.connection).
+engine.runtime, engine.stream, store.keys, security.sessions, realtime.connection).
 
-Connect with an API key (`auth={"key": ...}` or `Authorization: Bearer`): refused with a
-problem code when it is missing, revoked or past the socket caps. The server puts the socket
-in `org:<org>` and `user:<user>`; a thread's room only through `join` after the ownership
-check. Every frame is the event `frame` with `{v, seq, type, data}` (engine.stream).
+Connect with an API key (`auth={"key": ...}` or `Authorization: Bearer`), or with the
+console's session cookie plus its CSRF token (`auth={"csrf": ...}`: a page on another site
+cannot know it, so it cannot ride the cookie): refused with a problem code when it is
+missing, revoked, expired or past the socket caps. Both go through `Ator.access`. The
+server puts the socket in `org:<org>` and `user:<user>`; a thread's room only through
+`join` after the ownership check. Every frame is the event `frame` with
+`{v, seq, type, data}` (engine.stream).
 
 Commands, each acknowledged with `{"ok": true, ...}` or `{"ok": false, "error": {"code",
 "status", "detail"}}`, the key re-checked and the API's per-user rate limit counted first:
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from uuid import UUID
 
@@ -43,6 +47,7 @@ from ator.obs.logging import get_logger
 from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
 from ator.realtime.managers import LocalManager, RedisManager
+from ator.security.sessions import SESSION_COOKIE, csrf_valid
 from ator.store.records import Event, Principal
 from ator.store.scope import Scope
 
@@ -83,8 +88,10 @@ class Gateway:
     def __init__(self, *, redis_url: str | None = None, channel: str = "ator:socketio"
                  ) -> None:
         manager = (RedisManager(redis_url, channel=channel) if redis_url else LocalManager())
+        # cors_allowed_origins=None: a browser's socket is accepted from this server's own
+        # origin only (the console at /ui); clients that send no Origin are not browsers.
         self.sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager,
-                                        cors_allowed_origins=[], logger=False,
+                                        cors_allowed_origins=None, logger=False,
                                         engineio_logger=False)
         self.asgi = socketio.ASGIApp(self.sio, socketio_path="socket.io")
         self._ator: Ator | None = None
@@ -150,8 +157,8 @@ class Gateway:
         return self._ator
 
     async def _connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> None:
-        key = _key_from(environ, auth)
         try:
+            key = _key_from(environ, auth)
             principal = await self._principal(key)
             assert self._counts is not None
             self._counts.take(principal)
@@ -179,7 +186,7 @@ class Gateway:
             raise Unauthenticated("an API key is required (auth={'key': ...})")
         principal = await self.ator.access.authenticate(key)
         if principal is None:
-            raise Unauthenticated("the API key is not valid or was revoked")
+            raise Unauthenticated("the API key or session is not valid, expired or was revoked")
         return principal
 
     async def recheck(self) -> int:
@@ -301,7 +308,19 @@ def _key_from(environ: dict[str, Any], auth: Any) -> str | None:
     header = str(environ.get("HTTP_AUTHORIZATION", ""))
     if header[:7].lower() == "bearer ":
         return header[7:].strip()
-    return None
+    cookies = SimpleCookie()
+    try:
+        cookies.load(str(environ.get("HTTP_COOKIE", "")))
+    except CookieError:
+        return None
+    morsel = cookies.get(SESSION_COOKIE)
+    if morsel is None or not morsel.value:
+        return None
+    given = auth.get("csrf") if isinstance(auth, dict) else None
+    if not csrf_valid(morsel.value, given if isinstance(given, str) else None):
+        raise Forbidden("a socket on the session cookie needs its CSRF token "
+                        "(auth={'csrf': ...}); reload the console", code="csrf_failed")
+    return morsel.value
 
 
 def _thread_id(payload: dict[str, Any]) -> UUID:

@@ -27,6 +27,7 @@ __all__ = [
     "orgs",
     "prompt_versions",
     "secrets",
+    "sessions",
     "setups",
     "threads",
     "tool_results",
@@ -105,6 +106,22 @@ api_keys = sa.Table(
     sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
     _created(),
     sa.CheckConstraint("role in ('admin','member','viewer')", name="ck_api_keys_role"),
+)
+
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column(
+        "key_id", UUID(as_uuid=True), sa.ForeignKey("api_keys.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("hash", sa.Text, nullable=False, unique=True),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
+    _created(),
+    sa.Index("ix_sessions_key", "key_id"),
 )
 
 setups = sa.Table(

@@ -1,0 +1,80 @@
+"""Console login: an API key exchanged for a session cookie (layer: api; imports engine,
+security.sessions).
+
+`POST /v1/sessions {"key"}` answers 201 with who the key is and the session's CSRF token,
+and sets the session in a cookie: HttpOnly (no script reads it), SameSite=Strict, Path=/,
+Secure when the request came over https, expiring with the session. Nothing secret goes to
+the page but the CSRF token, which the console keeps in memory and re-reads from
+`GET /v1/sessions/current` after a reload. `DELETE /v1/sessions/current` logs out (the row
+is revoked, the cookie cleared). Login attempts are rate limited per client address.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ator.api.auth import Unauthenticated, credential, get_ator, require
+from ator.engine.runtime import Ator
+from ator.errors import RateLimited
+from ator.security.sessions import SESSION_COOKIE, csrf_token, is_session_token
+from ator.store.records import Principal
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/sessions")
+
+_LOGINS_PER_MINUTE = 30
+
+
+class LoginIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str = Field(min_length=1, max_length=200, description="An API key (ator_…)")
+
+
+def _who(p: Principal) -> dict[str, Any]:
+    return {"org_id": str(p.org_id), "user_id": str(p.user_id), "role": p.role,
+            "key_id": str(p.key_id), "operator": p.operator}
+
+
+@router.post("", status_code=201)
+async def login(body: LoginIn, request: Request, response: Response,
+                ator: Ator = Depends(get_ator)) -> dict[str, Any]:
+    client = request.client.host if request.client else "unknown"
+    if await ator.coord.hit(f"login:{client}", 60.0) > _LOGINS_PER_MINUTE:
+        raise RateLimited("too many login attempts from this address; wait a minute",
+                          retry_after=60.0 - (time.time() % 60.0))
+    opened = await ator.access.open_session(body.key.strip())
+    if opened is None:
+        raise Unauthenticated("that API key is not valid or was revoked: check it, or ask "
+                              "an admin of your org for a new one")
+    token, principal, expires = opened
+    response.set_cookie(SESSION_COOKIE, token, max_age=int(ator.settings.session_ttl),
+                        path="/", httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https")
+    return {**_who(principal), "csrf_token": csrf_token(token),
+            "expires_at": expires.isoformat()}
+
+
+@router.get("/current")
+async def current(request: Request, p: Principal = Depends(require("viewer"))
+                  ) -> dict[str, Any]:
+    """Who is logged in; with the CSRF token when the session cookie authenticated this."""
+    token = credential(request)
+    csrf = csrf_token(token) if token and is_session_token(token) else None
+    return {**_who(p), "csrf_token": csrf}
+
+
+@router.delete("/current", status_code=204, response_class=Response)
+async def logout(request: Request, p: Principal = Depends(require("viewer")),
+                 ator: Ator = Depends(get_ator)) -> Response:
+    token = credential(request)
+    if token and is_session_token(token):
+        await ator.access.close_session(token)
+    response = Response(status_code=204)
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
+                           secure=request.url.scheme == "https")
+    return response

@@ -1,0 +1,128 @@
+// The one socket of the console: org pushes (busy/idle, turn ended) and followed threads.
+// WebSocket transport only, so an idle page makes no HTTP requests at all. On every
+// (re)connect each followed thread is joined again from the last seq it saw: the server
+// replays exactly what was missed, then streams live.
+import { io, type Socket } from "socket.io-client";
+
+export interface Frame {
+  v: number;
+  seq: number | null;
+  type: string;
+  data: any;
+}
+
+type Listener = (frame: Frame) => void;
+
+interface Follow {
+  lastSeq: number;
+  listeners: Set<Listener>;
+}
+
+// Every frame received, in order (for the browser tests and for a person debugging).
+declare global {
+  interface Window {
+    __atorFrames: Frame[];
+    __atorLive: Live | undefined;
+  }
+}
+window.__atorFrames = [];
+
+export class Live {
+  socket: Socket;
+  status: "connecting" | "live" | "offline" = "connecting";
+  private follows = new Map<string, Follow>();
+  private orgListeners = new Set<Listener>();
+  private statusListeners = new Set<(s: Live["status"]) => void>();
+
+  constructor(csrf: string) {
+    this.socket = io({
+      path: "/socket.io/",
+      transports: ["websocket"],
+      auth: { csrf },
+      reconnectionDelay: 300,
+      reconnectionDelayMax: 3000,
+    });
+    this.socket.on("connect", () => {
+      this.setStatus("live");
+      for (const [threadId, f] of this.follows) this.join(threadId, f.lastSeq);
+    });
+    this.socket.on("disconnect", () => this.setStatus("offline"));
+    this.socket.on("connect_error", () => this.setStatus("offline"));
+    this.socket.on("frame", (frame: Frame) => this.dispatch(frame));
+    window.__atorLive = this;
+  }
+
+  private setStatus(s: Live["status"]): void {
+    this.status = s;
+    for (const l of this.statusListeners) l(s);
+  }
+
+  onStatus(l: (s: Live["status"]) => void): () => void {
+    this.statusListeners.add(l);
+    return () => this.statusListeners.delete(l);
+  }
+
+  private dispatch(frame: Frame): void {
+    window.__atorFrames.push(frame);
+    const threadId: string | undefined = frame.data?.thread_id;
+    if (frame.type === "turn.started" || frame.type === "turn.ended") {
+      for (const l of this.orgListeners) l(frame);
+      return;
+    }
+    const f = threadId ? this.follows.get(threadId) : undefined;
+    if (!f) return;
+    if (frame.seq !== null) {
+      if (frame.seq <= f.lastSeq) return; // already shown (the server should not resend)
+      f.lastSeq = frame.seq;
+    }
+    for (const l of f.listeners) l(frame);
+  }
+
+  private join(threadId: string, afterSeq: number): void {
+    this.socket.emit("join", { thread_id: threadId, after_seq: afterSeq }, (ack: any) => {
+      if (!ack?.ok) console.warn("join refused", ack?.error);
+    });
+  }
+
+  onOrg(l: Listener): () => void {
+    this.orgListeners.add(l);
+    return () => this.orgListeners.delete(l);
+  }
+
+  /** Follow a thread from `afterSeq` (0: its whole history). Returns the unfollow. */
+  follow(threadId: string, afterSeq: number, l: Listener): () => void {
+    let f = this.follows.get(threadId);
+    if (!f) {
+      f = { lastSeq: afterSeq, listeners: new Set() };
+      this.follows.set(threadId, f);
+      if (this.socket.connected) this.join(threadId, afterSeq);
+    }
+    f.listeners.add(l);
+    return () => {
+      f!.listeners.delete(l);
+      if (f!.listeners.size === 0) {
+        this.follows.delete(threadId);
+        if (this.socket.connected) this.socket.emit("leave", { thread_id: threadId });
+      }
+    };
+  }
+
+  command(name: string, payload: object): Promise<any> {
+    return new Promise((resolve, reject) => {
+      if (!this.socket.connected) {
+        reject(new Error("Not connected to the server; it will reconnect by itself, then try again."));
+        return;
+      }
+      this.socket.timeout(15000).emit(name, payload, (err: Error | null, ack: any) => {
+        if (err) reject(new Error("The server did not answer in time. Try again."));
+        else if (!ack?.ok) reject(new Error(ack?.error?.detail ?? "refused"));
+        else resolve(ack);
+      });
+    });
+  }
+
+  close(): void {
+    this.socket.close();
+    window.__atorLive = undefined;
+  }
+}

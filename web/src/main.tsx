@@ -1,0 +1,116 @@
+// The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
+// threads, chat, usage, setups, secrets and keys. Live state arrives over one socket.
+import { render } from "preact";
+import { useEffect, useState } from "preact/hooks";
+import { api, explain, setCsrf, type Who } from "./api";
+import { Live } from "./live";
+import { Link, navigate, usePath } from "./router";
+import { Login } from "./screens/login";
+import { Threads } from "./screens/threads";
+import { Chat } from "./screens/chat";
+import { Usage } from "./screens/usage";
+import { Setups } from "./screens/setups";
+import { Secrets, Keys } from "./screens/admin";
+import "./style.css";
+
+function App() {
+  const [who, setWho] = useState<Who | null | undefined>(undefined);
+  const [live, setLive] = useState<Live | null>(null);
+  const [status, setStatus] = useState<Live["status"]>("connecting");
+  const [ended, setEnded] = useState("");
+  const path = usePath();
+
+  useEffect(() => {
+    const onEnded = (e: Event) => {
+      setEnded((e as CustomEvent<string>).detail);
+      setCsrf(null);
+      setWho(null);
+    };
+    window.addEventListener("ator:session-ended", onEnded);
+    return () => window.removeEventListener("ator:session-ended", onEnded);
+  }, []);
+
+  useEffect(() => {
+    api<Who>("GET", "/v1/sessions/current")
+      .then((w) => {
+        setCsrf(w.csrf_token);
+        setWho(w);
+      })
+      .catch(() => setWho(null));
+  }, []);
+
+  useEffect(() => {
+    if (!who?.csrf_token) return;
+    const l = new Live(who.csrf_token);
+    setLive(l);
+    const off = l.onStatus(setStatus);
+    return () => {
+      off();
+      l.close();
+    };
+  }, [who]);
+
+  if (who === undefined) return <div class="center muted">Loading…</div>;
+  if (who === null || !who.csrf_token)
+    return (
+      <Login
+        notice={ended}
+        onLogin={(w) => {
+          setEnded("");
+          setCsrf(w.csrf_token);
+          setWho(w);
+          if (path === "/login") navigate("/");
+        }}
+      />
+    );
+
+  const logout = async () => {
+    try {
+      await api("DELETE", "/v1/sessions/current");
+    } catch (e) {
+      alert(explain(e));
+    }
+    setCsrf(null);
+    setWho(null);
+  };
+
+  let screen;
+  let m: RegExpMatchArray | null;
+  if (!live) screen = <div class="muted">Connecting…</div>;
+  else if ((m = path.match(/^\/threads\/([0-9a-f-]{36})/))) screen = <Chat threadId={m[1]} live={live} who={who} />;
+  else if (path.startsWith("/usage")) screen = <Usage />;
+  else if (path.startsWith("/setups")) screen = <Setups who={who} />;
+  else if (path.startsWith("/secrets")) screen = <Secrets who={who} />;
+  else if (path.startsWith("/keys")) screen = <Keys who={who} />;
+  else screen = <Threads live={live} who={who} />;
+
+  const nav = (to: string, label: string) => (
+    <Link to={to} class={path === to || (to !== "/" && path.startsWith(to)) ? "active" : ""}>
+      {label}
+    </Link>
+  );
+  return (
+    <div class="shell">
+      <header>
+        <strong class="brand">ator</strong>
+        <nav>
+          {nav("/", "Threads")}
+          {nav("/usage", "Usage")}
+          {nav("/setups", "Setups")}
+          {who.role === "admin" && nav("/secrets", "Secrets")}
+          {who.role === "admin" && nav("/keys", "API keys")}
+        </nav>
+        <span class={`conn ${status}`} data-testid="connection" title="live connection">
+          {status === "live" ? "● live" : status === "offline" ? "○ reconnecting" : "○ connecting"}
+        </span>
+        <span class="muted small">{who.role}</span>
+        <button class="link" onClick={logout} data-testid="logout">
+          Log out
+        </button>
+      </header>
+      <main>{screen}</main>
+    </div>
+  );
+}
+
+render(<App />, document.getElementById("app")!);

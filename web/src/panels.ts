@@ -1,0 +1,28 @@
+// Where later screens plug in: the model-call inspector (GET /v1/turns/{id}/calls,
+// GET /v1/calls/{id}) and the subagent tree (GET /v1/threads/{id}/tree). A screen registers
+// a tab of the thread view or an action on a turn's footer here; the thread view shows
+// whatever is registered, so adding one touches no other screen.
+import type { ComponentType } from "preact";
+
+export interface ThreadTab {
+  id: string;
+  label: string;
+  component: ComponentType<{ threadId: string }>;
+}
+
+export interface TurnAction {
+  id: string;
+  label: string;
+  component: ComponentType<{ turnId: string; threadId: string }>;
+}
+
+export const threadTabs: ThreadTab[] = [];
+export const turnActions: TurnAction[] = [];
+
+export function registerThreadTab(tab: ThreadTab): void {
+  threadTabs.push(tab);
+}
+
+export function registerTurnAction(action: TurnAction): void {
+  turnActions.push(action);
+}
