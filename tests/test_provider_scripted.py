@@ -13,6 +13,7 @@ from ator.providers.base import (
     ModelRequest,
     StreamEvent,
     TextDelta,
+    ToolUseStart,
     Usage,
     UsageUpdate,
     partial_usage,
@@ -60,3 +61,22 @@ async def test_hang_after_text_with_keepalives_is_alive_but_never_done() -> None
     assert isinstance(seen[1], TextDelta)
     assert not any(isinstance(e, MessageStop) for e in seen)
     assert partial_usage(seen) == Usage(900, 100, 0, 0, True, True)
+
+
+async def test_items_injected_beside_tool_results_do_not_restart_the_script() -> None:
+    """A subagent's result injected next to tool results is the same turn going on: the
+    script plays its next step, and every tool call gets an id of its own."""
+    provider = ScriptedProvider([ScriptStep(tool_calls=[("t", {})]), ScriptStep(text="next")])
+    first = [e async for e in provider.stream(REQUEST)]
+    [start] = [e for e in first if isinstance(e, ToolUseStart)]
+    call = {"role": "assistant", "content": [{"type": "tool_use", "id": start.id, "name": "t",
+                                              "input": {}}]}
+    results = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": start.id, "content": "ok"},
+        {"type": "text", "text": "<subagent_result>done</subagent_result>"}]}
+    request = ModelRequest(model="m", messages=[*REQUEST.messages, call, results])
+    second = [e async for e in provider.stream(request)]
+    assert [e.text for e in second if isinstance(e, TextDelta)] == ["next"]
+    again = [e async for e in provider.stream(REQUEST)]
+    [restart] = [e for e in again if isinstance(e, ToolUseStart)]
+    assert restart.id != start.id  # a new turn's call is a new call

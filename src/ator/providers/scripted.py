@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,11 +95,15 @@ def _usage(raw: dict[str, Any]) -> Usage:
 
 
 def _turn_position(messages: Sequence[Message]) -> int:
+    """Assistant messages since the turn's user message. A message carrying tool results is
+    the same turn going on, even when items were injected beside them (subagent results,
+    notices: text blocks next to the results)."""
     n = 0
     for msg in reversed(messages):
         if msg["role"] == "assistant":
             n += 1
-        elif any(b.get("type") == "text" for b in msg["content"]):
+        elif any(b.get("type") == "text" for b in msg["content"]) and not any(
+                b.get("type") == "tool_result" for b in msg["content"]):
             break
     return n
 
@@ -177,13 +182,15 @@ class ScriptedProvider:
                 yield event
         base = _turn_position(request.messages)
         for i, (name, args) in enumerate(step.tool_calls):
-            tid = f"toolu_s{base}_{i}"
+            # Unique like a real provider's: a tool keyed on the id (a spawn's idempotency)
+            # must not take a later turn's call for an earlier one.
+            tid = f"toolu_s{base}_{i}_{uuid.uuid4().hex[:8]}"
             raw = json.dumps(args)
             yield ToolUseStart(tid, name)
             yield ToolInputDelta(tid, raw)
             yield ToolUseStop(tid, args, raw)
         for j, (name, raw) in enumerate(step.raw_tool_calls):
-            tid = f"toolu_s{base}_r{j}"
+            tid = f"toolu_s{base}_r{j}_{uuid.uuid4().hex[:8]}"
             yield ToolUseStart(tid, name)
             yield ToolInputDelta(tid, raw)
             yield ToolUseStop(tid, None, raw)
