@@ -52,7 +52,7 @@ function LayerEditor(props: { path: string; canEdit: boolean; who: string; withR
         setStale(true);
         setError(
           `Someone else changed this since you opened it (you edited version ${layer.version}). ` +
-            "Your text was not saved and is still below: load the current version, then make your edit again.",
+            "Your text was not saved (it is still below: copy it if you need it), then load the current version and make your edit again.",
         );
       } else setError(explain(err));
     }
