@@ -182,7 +182,10 @@ async def test_send_streams_deltas_and_pushes_busy_and_idle_to_the_org_room(
                             client_message_id="m-1")
     assert again["ok"] and again["item"]["created"] is False
     assert again["item"]["id"] == ack["item"]["id"]
-    await lobby.until(lambda f: any(x["type"] == "turn.started" for x in f))
+    started = next(x for x in await lobby.until(
+        lambda f: any(x["type"] == "turn.started" for x in f)) if x["type"] == "turn.started")
+    # where the thread sits in its tree (a root: no parent, its own root), for tree views
+    assert started["data"]["root_id"] == str(thread.id) and started["data"]["parent_id"] is None
     for i in range(3):  # one piece at a time: each arrives as its own delta frame
         gated.release()
         await chat.until(lambda f, n=i + 1: len([x for x in f if x["type"] == "delta"]) >= n)

@@ -5,7 +5,9 @@ streams over seconds (`ator.testing.paced`, an OpenAI-compatible wire fake): the
 show in increments, a stop must end the turn as stopped, a second browser must see the same
 frames live, a replica restarted mid-turn must cost the page nothing (missed frames replayed,
 none twice), a message sent through one replica's socket must stream to a browser on another
-(Redis), and an idle page must make no HTTP request at all.
+(Redis), and an idle page must make no HTTP request at all. The inspector of a turn shows
+its calls' layer hashes and names an org-policy edit made in the console as what broke the
+cache; the subagent tree shows children appearing and finishing live, without polling.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from typing import Any
 import pytest
 from playwright.async_api import Browser, Page
 
+from ator.testing import AnthropicWireFake, OpenAIWireFake, Reply
 from ator.testing.paced import PacedModel
+from ator.testing.wire import Keepalives, ToolCall
 from tests.e2e.browser import browser, log_in, new_context, shot
-from tests.e2e.client import Client
+from tests.e2e.client import Client, script_setup
 from tests.e2e.conftest import Deployment, DeploymentFactory
 from tests.e2e.replica import Replica
 
@@ -373,3 +377,172 @@ async def test_tool_calls_and_results_show_as_they_happen(
             "[data-testid=assistant-message]").last.inner_text()
     finally:
         await context.close()
+
+
+async def _layers(page: Page) -> dict[str, str]:
+    """The open inspector's last call: layer name -> hash."""
+    call = page.locator("[data-testid=inspector] [data-testid=model-call]").last
+    await call.locator("[data-testid=layer]").first.wait_for()
+    rows = call.locator("[data-testid=layer]")
+    return {await rows.nth(i).get_attribute("data-name") or "":
+            await rows.nth(i).get_attribute("data-hash") or "" for i in range(await rows.count())}
+
+
+async def test_the_inspector_names_a_policy_edit_made_in_the_console_as_the_cache_break(
+    browser: Browser, single: tuple[Deployment, Replica, dict[str, Any]],
+) -> None:
+    deployment, replica, _ = single
+    client = deployment.client(replica)
+    setup = await client.ok("POST", "/v1/setups", 201, json=script_setup({"text": "Noted."}))
+    thread = await client.create_thread(setup["id"], title="Inspected")
+    member = await client.ok("POST", "/v1/api-keys", 201, json={
+        "name": "member", "role": "member", "email": "member@example.com"})
+    admin_ctx, member_ctx = await new_context(browser), await new_context(browser, width=420)
+    try:
+        page = await log_in(admin_ctx, replica.url, deployment.admin_key,
+                            f"/threads/{thread['id']}")
+        await page.wait_for_selector("text=No messages yet")
+        await _send(page, "first")
+        footer = page.locator("[data-testid=turn-footer][data-status=done]")
+        await footer.first.wait_for()
+        await footer.first.locator("[data-testid=inspect]").click()
+        before = await _layers(page)
+        assert "core" in before and "org_policy" not in before
+        assert all(len(h) == 16 for h in before.values())  # the API's hashes, shown short
+        diff = page.locator("[data-testid=inspector] [data-testid=cache-diff]").last
+        assert "first call" in await diff.inner_text()
+        await shot(page, "17-inspector-first")
+        await page.click("[data-testid=close-inspector]")
+
+        # An admin edits the org policy in the console; then someone else edits it too and
+        # the console's next save (made on a stale copy) is refused and explained.
+        await page.click("header >> text=Policy")
+        form = page.locator("[data-testid=policy]")
+        await form.locator("textarea[name=text]").fill("Answer in French.")
+        await form.locator("button[type=submit]").click()
+        await page.wait_for_selector("[data-testid=policy][data-version='1'] [data-testid=saved]")
+        await client.ok("PUT", "/v1/org/policy", json={"text": "Answer in French, briefly."})
+        await form.locator("textarea[name=text]").fill("Answer in German.")
+        await form.locator("button[type=submit]").click()
+        said = await form.locator("[role=alert]").inner_text()
+        assert "Someone else changed this" in said and "version 1" in said, said
+        await shot(page, "18-policy-stale")
+        await page.click("[data-testid=reload-layer]")
+        await page.wait_for_selector("[data-testid=policy][data-version='2']")
+        assert await form.locator("textarea[name=text]").input_value() == \
+            "Answer in French, briefly."
+
+        await page.goto(replica.url + f"/ui/threads/{thread['id']}")
+        await footer.first.wait_for()
+        await _send(page, "second")
+        await footer.nth(1).wait_for()
+        await footer.nth(1).locator("[data-testid=inspect]").click()
+        after = await _layers(page)
+        assert after["core"] == before["core"]  # what did not change keeps its hash
+        assert "org_policy" in after
+        diff = page.locator("[data-testid=inspector] [data-testid=cache-diff]").last
+        assert (await diff.get_attribute("data-broken") or "").startswith("layer:org_policy")
+        words = await diff.inner_text()
+        assert "Cache broken by layer:org_policy" in words and "org policy changed" in words
+        version = page.locator("[data-testid=inspector] [data-testid=layer]"
+                               "[data-name=org_policy]").last
+        assert "v2" in await version.inner_text()
+        await shot(page, "19-inspector-policy-broke-cache")
+        await page.click("[data-testid=close-inspector]")
+        # the Turns tab opens the same inspector
+        await page.click(".tabs >> text=Turns")
+        await page.locator("[data-testid=turns] [data-testid=inspect]").first.click()
+        await page.wait_for_selector("[data-testid=inspector] [data-testid=model-call]")
+        await page.click("[data-testid=close-inspector]")
+
+        # A member may edit the thread's instructions but not inspect someone else's calls.
+        other = await log_in(member_ctx, replica.url, member["key"], f"/threads/{thread['id']}")
+        await other.locator("[data-testid=inspect]").first.click()
+        said = await other.locator("[data-testid=inspector] [role=alert]").inner_text()
+        assert "Not yours to see" in said
+        await shot(other, "20-inspector-not-yours")
+        await other.click("[data-testid=close-inspector]")
+        await other.click(".tabs >> text=Instructions")
+        editor = other.locator("[data-testid=instructions]")
+        await editor.locator("textarea[name=text]").fill("Be terse here.")
+        await editor.locator("button[type=submit]").click()
+        await other.wait_for_selector("[data-testid=instructions][data-version='1'] "
+                                      "[data-testid=saved]")
+        shown = await client.ok("GET", f"/v1/threads/{thread['id']}/instructions")
+        assert shown["text"] == "Be terse here." and shown["version"] == 1
+        await shot(other, "21-instructions-narrow")
+    finally:
+        await admin_ctx.close()
+        await member_ctx.close()
+
+
+async def test_the_subagent_tree_shows_children_appear_and_finish_live_without_polling(
+    browser: Browser, deployments: DeploymentFactory,
+) -> None:
+    children = [Keepalives(reply=Reply(text=t), every=0.1, duration=2.5)
+                for t in ("alpha findings", "beta findings")]
+    async with (
+        AnthropicWireFake([]) as parent_model,
+        OpenAIWireFake(children) as child_model,
+    ):
+        deployment = deployments(
+            ATOR_ANTHROPIC_API_KEY="sk-test", ATOR_OPENAI_API_KEY="sk-test",
+            ATOR_ANTHROPIC_BASE_URL=parent_model.base_url,
+            ATOR_OPENAI_BASE_URL=child_model.base_url, ATOR_EGRESS_ALLOW="127.0.0.1")
+        replica = deployment.start("tree")
+        client = deployment.client(replica)
+        lead = await client.create_setup({"name": "lead", "provider": "anthropic",
+                                          "model": "claude-haiku-4-5"})
+        worker = await client.create_setup({"name": "worker", "provider": "openai",
+                                            "model": "gpt-4o-mini"})
+        parent_model.push(
+            Reply(tool_calls=[ToolCall("agent_spawn", {"title": f"part {p}", "task": f"part {p}",
+                                                       "setup_id": worker["id"]})
+                              for p in ("A", "B")]),
+            # the parent's turn outlasts the children's, so both results wait in its mailbox
+            # and arrive together with its next turn
+            Keepalives(reply=Reply(text="Delegated; waiting."), every=0.2, duration=3.5),
+            Reply(text="Both are in."),
+        )
+        thread = await client.create_thread(lead["id"], title="Lead")
+        context = await new_context(browser)
+        try:
+            page = await log_in(context, replica.url, deployment.admin_key,
+                                f"/threads/{thread['id']}")
+            await page.click(".tabs >> text=Tree")
+            await page.wait_for_selector("[data-testid=tree][data-nodes='1']")
+            requests: list[str] = []
+            page.on("request", lambda r: requests.append(f"{r.method} {r.url}"))
+            await client.post_message(thread["id"], "research two parts")
+            node = "[data-testid=tree] [data-testid=tree-node]"
+            await page.wait_for_selector("[data-testid=tree][data-nodes='3']")
+            # a child while it works: live, then done (each change pushed, not polled)
+            await page.wait_for_selector(f"{node}:has-text('part A')[data-live='1']")
+            await shot(page, "22-tree-children-running")
+            for part in ("A", "B"):
+                await page.wait_for_selector(
+                    f"{node}:has-text('part {part}')[data-status=done][data-live='0']",
+                    timeout=60_000)
+            await page.wait_for_selector(
+                f"{node}[data-node='{thread['id']}'][data-live='0']", timeout=60_000)
+            await shot(page, "23-tree-children-done")
+            reads = [r for r in requests if r.startswith("GET ") and r.endswith("/tree")]
+            assert reads and reads == requests  # nothing but tree reads
+            turns = [f for f in await page.evaluate("window.__atorFrames")
+                     if f["type"] in ("turn.started", "turn.ended")]
+            assert len(reads) <= len(turns)  # one read per push at most: no timer
+            tree = (await client.ok("GET", f"/v1/threads/{thread['id']}/tree"))["data"]
+            assert {c["status"] for c in tree["children"]} == {"done"}
+            requests.clear()
+            await asyncio.sleep(5)
+            assert requests == []  # idle: the tree does not poll
+            # a node opens that child's chat
+            await page.locator(f"{node}:has-text('part A') [data-testid=tree-link]").click()
+            child = next(c for c in tree["children"] if c["title"] == "part A")
+            await page.wait_for_url(f"**/ui/threads/{child['id']}")
+            await page.wait_for_selector("[data-testid=assistant-message]")
+            assert "findings" in await page.locator(
+                "[data-testid=assistant-message]").last.inner_text()
+            await shot(page, "24-tree-child-chat")
+        finally:
+            await context.close()

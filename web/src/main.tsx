@@ -1,5 +1,6 @@
 // The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
-// threads, chat, usage, setups, secrets and keys. Live state arrives over one socket.
+// threads, chat (with the inspector, instructions and the subagent tree), usage, setups,
+// secrets, keys and the org policy. Live state arrives over one socket.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, explain, setCsrf, type Who } from "./api";
@@ -11,6 +12,9 @@ import { Chat } from "./screens/chat";
 import { Usage } from "./screens/usage";
 import { Setups } from "./screens/setups";
 import { Secrets, Keys } from "./screens/admin";
+import { Policy } from "./screens/prompts";
+import "./screens/inspector"; // registers the footer action
+import "./screens/tree"; // registers the thread tab
 import "./style.css";
 
 function App() {
@@ -77,11 +81,12 @@ function App() {
   let screen;
   let m: RegExpMatchArray | null;
   if (!live) screen = <div class="muted">Connecting…</div>;
-  else if ((m = path.match(/^\/threads\/([0-9a-f-]{36})/))) screen = <Chat threadId={m[1]} live={live} who={who} />;
+  else if ((m = path.match(/^\/threads\/([0-9a-f-]{36})/))) screen = <Chat key={m[1]} threadId={m[1]} live={live} who={who} />;
   else if (path.startsWith("/usage")) screen = <Usage />;
   else if (path.startsWith("/setups")) screen = <Setups who={who} />;
   else if (path.startsWith("/secrets")) screen = <Secrets who={who} />;
   else if (path.startsWith("/keys")) screen = <Keys who={who} />;
+  else if (path.startsWith("/policy")) screen = <Policy who={who} />;
   else screen = <Threads live={live} who={who} />;
 
   const nav = (to: string, label: string) => (
@@ -99,6 +104,7 @@ function App() {
           {nav("/setups", "Setups")}
           {who.role === "admin" && nav("/secrets", "Secrets")}
           {who.role === "admin" && nav("/keys", "API keys")}
+          {nav("/policy", "Policy")}
         </nav>
         <span class={`conn ${status}`} data-testid="connection" title="live connection">
           {status === "live" ? "● live" : status === "offline" ? "○ reconnecting" : "○ connecting"}

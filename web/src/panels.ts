@@ -3,11 +3,13 @@
 // a tab of the thread view or an action on a turn's footer here; the thread view shows
 // whatever is registered, so adding one touches no other screen.
 import type { ComponentType } from "preact";
+import type { Who } from "./api";
+import type { Live } from "./live";
 
 export interface ThreadTab {
   id: string;
   label: string;
-  component: ComponentType<{ threadId: string }>;
+  component: ComponentType<{ threadId: string; live: Live; who: Who }>;
 }
 
 export interface TurnAction {

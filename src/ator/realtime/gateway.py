@@ -17,7 +17,8 @@ Commands, each acknowledged with `{"ok": true, ...}` or `{"ok": false, "error": 
   `stop {thread_id}` (member).
 
 Token deltas are volatile: dropped for a socket whose transport lags. The org room gets
-`turn.started` / `turn.ended` (busy/idle, with usage and cost) from the replica running the
+`turn.started` (with the thread's `parent_id` / `root_id`, so a subagent tree view knows a
+new child) / `turn.ended` (busy/idle, with usage and cost) from the replica running the
 turn; with `ATOR_REDIS_URL` the socket.io Redis manager carries them (and any room emit) to
 sockets on every replica, while a thread's frames are relayed by the replica holding the
 socket from the coordinator's channels.
@@ -71,7 +72,8 @@ def org_frame(thread_id: UUID, event: Event) -> dict[str, Any] | None:
     if event.kind == "turn_started":
         return {"v": FRAME_VERSION, "seq": None, "type": "turn.started",
                 "data": {"thread_id": str(thread_id), "turn_id": data.get("turn_id"),
-                         "busy": True}}
+                         "busy": True, "parent_id": data.get("parent_id"),
+                         "root_id": data.get("root_id")}}
     if event.kind == "turn_ended":
         return {"v": FRAME_VERSION, "seq": None, "type": "turn.ended",
                 "data": {"thread_id": str(thread_id), "turn_id": data.get("turn_id"),

@@ -117,7 +117,11 @@ WITH _ctx AS (
     FROM _stale
   UNION ALL
   SELECT 1, 0, 'turn_started',
-         jsonb_build_object('turn_id', CAST(:turn_id AS text), 'owner', CAST(:owner AS text))
+         -- Where the thread sits in its subagent tree, for the org room's push (a tree
+         -- view re-reads itself when a thread below it starts a turn).
+         jsonb_build_object('turn_id', CAST(:turn_id AS text), 'owner', CAST(:owner AS text),
+                            'parent_id', (SELECT parent_id::text FROM _ctx),
+                            'root_id', (SELECT root_id::text FROM _ctx))
   UNION ALL
   SELECT 2, row_number() OVER (ORDER BY created_at, id), kind,
          content || jsonb_build_object('client_message_id', client_message_id,

@@ -132,6 +132,7 @@ function Turns(props: { threadId: string; version: number }) {
             <th>Tokens in/out</th>
             <th>Cache r/w</th>
             <th>USD</th>
+            {turnActions.length > 0 && <th />}
           </tr>
         </thead>
         <tbody>
@@ -148,11 +149,18 @@ function Turns(props: { threadId: string; version: number }) {
                 {t.usage.cache_read_tokens}/{t.usage.cache_write_tokens}
               </td>
               <td>{money(t.cost_usd)}</td>
+              {turnActions.length > 0 && (
+                <td>
+                  {turnActions.map((a) => (
+                    <a.component turnId={t.id} threadId={props.threadId} />
+                  ))}
+                </td>
+              )}
             </tr>
           ))}
           {turns.length === 0 && (
             <tr>
-              <td colSpan={7} class="muted">
+              <td colSpan={7 + (turnActions.length > 0 ? 1 : 0)} class="muted">
                 No turns yet.
               </td>
             </tr>
@@ -223,7 +231,7 @@ export function Chat(props: { threadId: string; live: Live; who: Who }) {
       </div>
       {error && <p class="error" role="alert">{error}</p>}
       {tab === "turns" && <Turns threadId={props.threadId} version={ended} />}
-      {threadTabs.map((t) => tab === t.id && <t.component threadId={props.threadId} />)}
+      {threadTabs.map((t) => tab === t.id && <t.component threadId={props.threadId} live={props.live} who={props.who} />)}
       {tab === "chat" && (
         <>
           <div class="messages" data-testid="messages">
