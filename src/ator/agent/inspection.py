@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,11 +31,24 @@ def _hash(value: Any) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
+# A turn's tool specs are the same objects call after call (toolsets keep them): their
+# records are kept by spec, so a call hashes only what is new.
+_TOOLS: OrderedDict[int, tuple[ToolSpec, dict[str, Any]]] = OrderedDict()
+_TOOLS_MAX = 1024
+
+
 def _tool(spec: ToolSpec) -> dict[str, Any]:
+    seen = _TOOLS.get(id(spec))
+    if seen is not None and seen[0] is spec:
+        return dict(seen[1])
     wire = {"name": spec.name, "description": spec.description,
             "input_schema": spec.input_schema}
-    return {"name": spec.name, "origin": spec.origin, "on_demand": spec.on_demand,
-            "chars": len(json.dumps(wire, separators=(",", ":"))), "hash": _hash(wire)}
+    record = {"name": spec.name, "origin": spec.origin, "on_demand": spec.on_demand,
+              "chars": len(json.dumps(wire, separators=(",", ":"))), "hash": _hash(wire)}
+    _TOOLS[id(spec)] = (spec, record)
+    if len(_TOOLS) > _TOOLS_MAX:
+        _TOOLS.popitem(last=False)
+    return dict(record)
 
 
 def describe(request: ModelRequest, layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
