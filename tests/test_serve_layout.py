@@ -96,3 +96,16 @@ def test_the_gc_thresholds_setting_is_applied_after_freezing_startup(monkeypatch
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_redis_pools_follow_the_turns_in_flight_unless_set(monkeypatch) -> None:
+    """A burst of turns takes a lease each at once: pools of 32 timed out at 1,000 turns on
+    two workers (bench/scale.py), so unset pools grow with the admission bound."""
+    for name in ("ATOR_REDIS_POOL_SIZE", "ATOR_REDIS_REQUEST_POOL_SIZE",
+                 "ATOR_MAX_TURNS_IN_FLIGHT"):
+        monkeypatch.delenv(name, raising=False)
+    assert (Settings().redis_pool_size, Settings().redis_request_pool_size) == (250, 250)
+    assert Settings(max_turns_in_flight=40).redis_pool_size == 32
+    monkeypatch.setenv("ATOR_MAX_TURNS_IN_FLIGHT", "4000")
+    monkeypatch.setenv("ATOR_REDIS_POOL_SIZE", "64")
+    assert (Settings().redis_pool_size, Settings().redis_request_pool_size) == (64, 1000)

@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     # Bounded Redis pools, isolated so request traffic cannot starve coordination: leases,
     # heartbeats, stops and readiness (coordination) vs rate limits and busy lookups
     # (requests). A caller waits at most redis_pool_timeout seconds for a connection.
+    # Unset, each is max(32, max_turns_in_flight // 4): a burst of turns starting at once
+    # takes a lease each, and requests as many (a pool of 32 timed out at 1,000 turns).
     redis_pool_size: int = Field(default=32, ge=2)
     redis_request_pool_size: int = Field(default=32, ge=1)
     redis_pool_timeout: float = Field(default=2.0, gt=0)
@@ -216,6 +218,20 @@ class Settings(BaseSettings):
         if isinstance(inline, str):
             inline = json.loads(inline)
         return {**data, "prices": {**loaded, **inline}}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _redis_pools_follow_the_load(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        try:
+            turns = int(data.get("max_turns_in_flight", 1000))
+        except (TypeError, ValueError):
+            return data  # the field's own validation says what is wrong
+        for name in ("redis_pool_size", "redis_request_pool_size"):
+            if data.get(name) is None:
+                data[name] = max(32, turns // 4)
+        return data
 
     @field_validator("gc_thresholds")
     @classmethod
