@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ator.testing.wire import (
@@ -138,17 +138,10 @@ class AnthropicWireFake(WireFake):
     base_path: ClassVar[str] = ""
 
     def __init__(
-        self,
-        script: Iterable[ScriptItem] = (),
-        *,
-        chunk_size: int | None = None,
-        strict: bool = True,
-        responder: Callable[[RecordedRequest], ScriptItem] | None = None,
-        max_body_bytes: int | None = None,
-        prompt_cache: bool = False,
+        self, script: Iterable[ScriptItem] = (), *, prompt_cache: bool = False, **options: Any
     ) -> None:
-        super().__init__(script, chunk_size=chunk_size, strict=strict, responder=responder,
-                         max_body_bytes=max_body_bytes)
+        """`options` are WireFake's (chunk_size, strict, responder, max_body_bytes)."""
+        super().__init__(script, **options)
         self.cache = PromptCache() if prompt_cache else None
 
     def extra_headers(self) -> dict[str, str]:

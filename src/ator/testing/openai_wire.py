@@ -14,7 +14,7 @@ The SDK's `base_url` includes `/v1`: the OpenAI SDK appends only `/chat/completi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
 
 from ator.testing.wire import (
@@ -54,13 +54,10 @@ class OpenAIWireFake(WireFake):
         script: Iterable[ScriptItem] = (),
         *,
         reasoning_field: Literal["reasoning_content", "reasoning"] = "reasoning_content",
-        chunk_size: int | None = None,
-        strict: bool = True,
-        responder: Callable[[RecordedRequest], ScriptItem] | None = None,
-        max_body_bytes: int | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(script, chunk_size=chunk_size, strict=strict, responder=responder,
-                         max_body_bytes=max_body_bytes)
+        """`options` are WireFake's (chunk_size, strict, responder, max_body_bytes)."""
+        super().__init__(script, **options)
         self.reasoning_field = reasoning_field
 
     def extra_headers(self) -> dict[str, str]:
