@@ -175,3 +175,23 @@ def test_the_cli_shows_a_compaction_as_one_line() -> None:
                                                "bytes_before": 90_000, "bytes_after": 30_000}})
     assert out.getvalue().splitlines()[-1] == (
         "  ⇣ compacted: history through event 41 summarized (90000 -> 30000 bytes)")
+
+
+def test_a_request_is_measured_once_and_its_measure_goes_with_it() -> None:
+    import dataclasses
+    import gc
+
+    from ator.agent import tokens
+    from ator.providers.base import ModelRequest
+
+    request = ModelRequest(model="m", messages=[{"role": "user", "content": "x" * 1000}])
+    size = tokens.request_bytes(request)
+    assert size > 1000 and tokens.request_bytes(request) == size
+    assert id(request) in tokens._MEASURED
+    longer = dataclasses.replace(
+        request, messages=[*request.messages, {"role": "assistant", "content": "y" * 500}])
+    assert tokens.request_bytes(longer) > size + 500  # another request, measured anew
+    key = id(request)
+    del request
+    gc.collect()
+    assert key not in tokens._MEASURED  # nothing kept alive for the cache

@@ -12,7 +12,7 @@ average.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
+import weakref
 
 from ator.providers.base import ModelRequest
 from ator.usage import estimate_tokens
@@ -20,18 +20,17 @@ from ator.usage import estimate_tokens
 __all__ = ["request_bytes", "request_tokens"]
 
 
-# The size of the last requests measured: compaction measures a request before the call and
-# the inspector measures the one sent, which is most often the same object. Requests are
-# frozen; an entry keeps its request alive, so the id cannot be reused while it is here.
-_MEASURED: OrderedDict[int, tuple[ModelRequest, int]] = OrderedDict()
-_MEASURED_MAX = 256
+# The size of each request still alive: compaction measures a request before the call and
+# the inspector measures the one sent, most often the same object. An entry goes with its
+# request (a weak reference), so nothing is kept alive and an id is never taken for another.
+_MEASURED: dict[int, tuple[weakref.ref[ModelRequest], int]] = {}
 
 
 def request_bytes(request: ModelRequest) -> int:
     """Bytes of `request` serialized as JSON: system, tools (what the wire carries of them:
     name, description, schema) and every message."""
     seen = _MEASURED.get(id(request))
-    if seen is not None and seen[0] is request:
+    if seen is not None and seen[0]() is request:
         return seen[1]
     body = {
         "system": [b.text for b in request.system],
@@ -41,9 +40,13 @@ def request_bytes(request: ModelRequest) -> int:
     }
     size = len(json.dumps(body, ensure_ascii=False, separators=(",", ":"),
                           default=str).encode())
-    _MEASURED[id(request)] = (request, size)
-    if len(_MEASURED) > _MEASURED_MAX:
-        _MEASURED.popitem(last=False)
+    key = id(request)
+
+    def forget(ref: weakref.ref[ModelRequest]) -> None:
+        if _MEASURED.get(key, (None, 0))[0] is ref:
+            del _MEASURED[key]
+
+    _MEASURED[key] = (weakref.ref(request, forget), size)
     return size
 
 

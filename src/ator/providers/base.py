@@ -95,7 +95,7 @@ class ToolSpec:
     on_demand: bool = False  # mounted by a search during the turn (the inspector shows it)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class ModelRequest:
     """What the loop asks of a model for one step."""
 
