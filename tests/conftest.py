@@ -139,3 +139,31 @@ def ended(event: Event) -> bool:
 
 
 WaitFn = Callable[..., Awaitable[Event]]
+
+
+@asynccontextmanager
+async def operator_client(
+    make_ator: Any, **settings: Any
+) -> AsyncIterator[tuple[Any, str, Ator]]:
+    """An in-process API client with the operator's admin key, on a runtime made with
+    `settings`: (client, key, runtime)."""
+    import httpx
+
+    from ator.api.app import create_app
+    from ator.store import keys as key_store
+    from ator.store import orgs as org_store
+
+    async with make_ator(**settings) as runtime:
+        app = create_app(runtime.settings, runtime=runtime)
+        app.state.ator = runtime
+        made = await runtime.access.bootstrap()
+        key = made[0] if made is not None else None
+        if key is None:  # the session database already has keys: make a fresh operator
+            org = await runtime.create_org(f"operator-{uuid.uuid4().hex[:6]}")
+            await key_store.mark_operator(runtime.db, org.id)
+            user = await org_store.create_user(runtime.db, Scope(org.id), "a@x", "admin")
+            _, key = await key_store.create_key(runtime.db, Scope(org.id), user_id=user,
+                                                name="k", role="admin")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://ator", timeout=60) as client:
+            yield client, key, runtime

@@ -10,29 +10,13 @@ import httpx
 import pytest
 
 from ator import Ator
-from ator.api.app import create_app
+from tests.conftest import operator_client
 
 
 @pytest.fixture
 async def api(make_ator) -> AsyncIterator[tuple[httpx.AsyncClient, str, Ator]]:
-    async with make_ator(rate_limit_per_minute=1000) as runtime:
-        app = create_app(runtime.settings, runtime=runtime)
-        app.state.ator = runtime
-        made = await runtime.access.bootstrap()
-        key = made[0] if made is not None else None
-        if key is None:  # the session database already has keys: make a fresh operator
-            from ator.store import keys as key_store
-            from ator.store import orgs as org_store
-            from ator.store.scope import Scope
-
-            org = await runtime.create_org("operator-2")
-            await key_store.mark_operator(runtime.db, org.id)
-            user = await org_store.create_user(runtime.db, Scope(org.id), "a@x", "admin")
-            _, key = await key_store.create_key(runtime.db, Scope(org.id), user_id=user,
-                                                name="k", role="admin")
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://ator") as client:
-            yield client, key, runtime
+    async with operator_client(make_ator, rate_limit_per_minute=1000) as made:
+        yield made
 
 
 def auth(key: str) -> dict[str, str]:

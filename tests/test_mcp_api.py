@@ -15,33 +15,19 @@ import httpx
 import pytest
 
 from ator import Ator
-from ator.api.app import create_app
 from ator.store import keys as key_store
-from ator.store import orgs as org_store
-from ator.store.scope import Scope
 from ator.testing.anthropic_wire import AnthropicWireFake
 from ator.testing.wire import Reply, ToolCall
-from tests.conftest import ended, wait_for_event
+from tests.conftest import ended, operator_client, wait_for_event
 from tests.mcp_servers import ServerState, demo_server, serve_mcp
 from tests.test_api import _org_with_admin, auth
 
 
 @pytest.fixture
 async def api(make_ator: Any) -> AsyncIterator[tuple[httpx.AsyncClient, str, Ator]]:
-    async with make_ator(rate_limit_per_minute=1000, egress_allow=("127.0.0.1",)) as runtime:
-        app = create_app(runtime.settings, runtime=runtime)
-        app.state.ator = runtime
-        made = await runtime.access.bootstrap()
-        key = made[0] if made is not None else None
-        if key is None:
-            org = await runtime.create_org("operator-mcp")
-            await key_store.mark_operator(runtime.db, org.id)
-            user = await org_store.create_user(runtime.db, Scope(org.id), "a@x", "admin")
-            _, key = await key_store.create_key(runtime.db, Scope(org.id), user_id=user,
-                                                name="k", role="admin")
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://ator", timeout=60) as client:
-            yield client, key, runtime
+    async with operator_client(make_ator, rate_limit_per_minute=1000,
+                               egress_allow=("127.0.0.1",)) as made:
+        yield made
 
 
 async def test_crud_roles_orgs_and_the_checks_on_write(api: Any) -> None:
