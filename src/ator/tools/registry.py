@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -47,8 +47,34 @@ _VALIDATORS: OrderedDict[str, Draft202012Validator] = OrderedDict()
 _VALIDATORS_MAX = 4096
 
 
+# Long-lived tools (a process's native tools, a server's mounted MCP tools) come back as the
+# same objects turn after turn: their validator and spec are kept by the tool itself, so a
+# turn does not serialize every schema again to find them. The tool is held with its entry,
+# so an id is never taken for another object's.
+_BY_TOOL: OrderedDict[tuple[int, Hashable], tuple[Tool, Any]] = OrderedDict()
+_BY_TOOL_MAX = 4096
+
+
+def _per_tool(tool: Tool, slot: Hashable, make: Callable[[], Any]) -> Any:
+    key = (id(tool), slot)
+    found = _BY_TOOL.get(key)
+    if found is not None and found[0] is tool:
+        _BY_TOOL.move_to_end(key)
+        return found[1]
+    value = make()
+    _BY_TOOL[key] = (tool, value)
+    while len(_BY_TOOL) > _BY_TOOL_MAX:
+        _BY_TOOL.popitem(last=False)
+    return value
+
+
 def _validator(tool: Tool) -> Draft202012Validator:
     """The compiled validator of a tool's schema; ConfigError for an invalid schema."""
+    validator: Draft202012Validator = _per_tool(tool, "validator", lambda: _compile(tool))
+    return validator
+
+
+def _compile(tool: Tool) -> Draft202012Validator:
     try:
         key = json.dumps(tool.input_schema, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
@@ -96,11 +122,15 @@ class ToolRegistry:
         return list(self._tools)
 
     def specs(self, *, description_limit: int = 4000) -> list[ToolSpec]:
-        out = []
-        for tool in self._tools.values():
-            desc, _ = truncate(tool.description, description_limit)
-            out.append(tool.spec(desc))
-        return out
+        return [self._spec(tool, description_limit) for tool in self._tools.values()]
+
+    @staticmethod
+    def _spec(tool: Tool, description_limit: int) -> ToolSpec:
+        def make() -> ToolSpec:
+            return tool.spec(truncate(tool.description, description_limit)[0])
+
+        spec: ToolSpec = _per_tool(tool, ("spec", description_limit), make)
+        return spec
 
     def validate(self, call: ToolCall) -> str | None:
         """The reason a call cannot run, or None when it can."""
