@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
 from rich.console import Console
 
 from ator.agent.compaction import (
@@ -195,3 +196,29 @@ def test_a_request_is_measured_once_and_its_measure_goes_with_it() -> None:
     del request
     gc.collect()
     assert key not in tokens._MEASURED  # nothing kept alive for the cache
+
+
+@pytest.mark.parametrize("tools", [0, 1, 3])
+def test_a_request_measured_by_parts_is_exactly_its_whole_document(tools: int) -> None:
+    """request_bytes sums system, each tool (kept per spec) and the messages: the sum must be
+    the size of the whole document, non-ASCII text and tool-use inputs included."""
+    import json
+
+    from ator.agent import tokens
+    from ator.providers.base import ModelRequest, SystemBlock, ToolSpec
+
+    specs = [ToolSpec(f"t{i}", "décrit — ünïcode", {"type": "object", "properties": {
+        "x": {"type": "string", "description": "日本語"}}}) for i in range(tools)]
+    messages = [{"role": "user", "content": "héllo"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "t0",
+                                                   "input": {"x": "ß" * 10}}]}]
+    request = ModelRequest(model="m", messages=messages,
+                           system=[SystemBlock("core ✓"), SystemBlock("persona")], tools=specs)
+    whole = {"system": [b.text for b in request.system],
+             "tools": [{"name": t.name, "description": t.description,
+                        "input_schema": t.input_schema} for t in specs],
+             "messages": messages}
+    expected = len(json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode())
+    assert tokens.request_bytes(request) == expected
+    again = ModelRequest(model="m", messages=messages, system=request.system, tools=specs)
+    assert tokens.request_bytes(again) == expected  # tools measured from the per-spec cache

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import weakref
+from collections import OrderedDict
 
-from ator.providers.base import ModelRequest
+from ator.providers.base import ModelRequest, ToolSpec
 from ator.usage import estimate_tokens
 
 __all__ = ["request_bytes", "request_tokens"]
@@ -32,14 +33,14 @@ def request_bytes(request: ModelRequest) -> int:
     seen = _MEASURED.get(id(request))
     if seen is not None and seen[0]() is request:
         return seen[1]
-    body = {
-        "system": [b.text for b in request.system],
-        "tools": [{"name": t.name, "description": t.description,
-                   "input_schema": t.input_schema} for t in request.tools],
-        "messages": request.messages,
-    }
-    size = len(json.dumps(body, ensure_ascii=False, separators=(",", ":"),
-                          default=str).encode())
+    # The bytes of {"system":[…],"tools":[…],"messages":[…]}, summed by part: with these
+    # separators JSON composes, so the sum is exactly the whole document's size, and each
+    # tool's part is measured once per spec (the same objects call after call).
+    tools = request.tools
+    size = (len('{"system":,"tools":[],"messages":}')
+            + _json_bytes([b.text for b in request.system])
+            + sum(_tool_bytes(t) for t in tools) + max(0, len(tools) - 1)
+            + _json_bytes(request.messages))
     key = id(request)
 
     def forget(ref: weakref.ref[ModelRequest]) -> None:
@@ -47,6 +48,28 @@ def request_bytes(request: ModelRequest) -> int:
             del _MEASURED[key]
 
     _MEASURED[key] = (weakref.ref(request, forget), size)
+    return size
+
+
+def _json_bytes(value: object) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+
+
+_TOOLS: OrderedDict[int, tuple[ToolSpec, int]] = OrderedDict()
+_TOOLS_MAX = 4096
+
+
+def _tool_bytes(spec: ToolSpec) -> int:
+    """What the wire carries of a tool (name, description, schema), in bytes; kept per spec
+    (held with its entry, so an id is never taken for another's)."""
+    seen = _TOOLS.get(id(spec))
+    if seen is not None and seen[0] is spec:
+        return seen[1]
+    size = _json_bytes({"name": spec.name, "description": spec.description,
+                        "input_schema": spec.input_schema})
+    _TOOLS[id(spec)] = (spec, size)
+    if len(_TOOLS) > _TOOLS_MAX:
+        _TOOLS.popitem(last=False)
     return size
 
 
