@@ -305,9 +305,9 @@ async def test_every_client_shares_one_tls_context() -> None:
     egress = Egress(EgressPolicy())
     async with egress.httpx2_client() as c1, egress.httpx2_client() as c2, \
             egress.httpx_client() as c3, egress.httpx_client() as c4:
-        pools = [c._transport._inner._pool for c in (c1, c2, c3, c4)]  # type: ignore[attr-defined]
-        assert pools[0]._ssl_context is pools[1]._ssl_context is not None
-        assert pools[2]._ssl_context is pools[3]._ssl_context is not None
+        inner = [c._transport._inner for c in (c1, c2, c3, c4)]  # type: ignore[attr-defined]
+        assert inner[0]._ssl is inner[1]._ssl is not None
+        assert inner[2]._pool._ssl_context is inner[3]._pool._ssl_context is not None
 
 
 def test_net_exports_resolve() -> None:

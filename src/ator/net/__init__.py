@@ -1,5 +1,5 @@
 """Egress: the only way out of the process (layer: net, bottom; imports errors, settings,
-httpx, httpx2 and the stdlib).
+httpx, httpx2, httptools and the stdlib).
 
 `Egress` builds every outbound HTTP client (httpx for plain HTTP and MCP, httpx2 for the
 provider SDKs) on a transport that resolves once, refuses loopback/private/link-local/

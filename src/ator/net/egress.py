@@ -1,5 +1,5 @@
 """The one factory of outbound HTTP clients (layer: net; imports settings, net.guard,
-net.resolver, net.*_transport, httpx, httpx2).
+net.resolver, net.*_transport, net.h1, httpx, httpx2).
 
 Every client that leaves the process is built here, so every one carries the guard: provider
 SDKs get an `httpx2.AsyncClient` (`httpx2_client`), the MCP SDK and plain HTTP an
@@ -18,6 +18,7 @@ import httpx2
 
 from ator.net import httpx2_transport, httpx_transport
 from ator.net.guard import EgressGuard, EgressPolicy
+from ator.net.h1 import H1Transport
 from ator.net.resolver import Resolver
 from ator.settings import Settings
 
@@ -78,7 +79,7 @@ class Egress:
         if transport is None:
             if self._tls2 is None:
                 self._tls2 = httpx2.create_ssl_context(trust_env=False)
-            transport = httpx2_transport.pinned_http_transport(verify=self._tls2)
+            transport = H1Transport(verify=self._tls2)
         guarded = httpx2_transport.GuardedTransport(
             self.guard, inner=transport, secret_headers=secret_headers
         )
