@@ -312,7 +312,7 @@ async def test_tls_checks_the_certificate_against_the_host_name(tmp_path: Path) 
                 await c.get("/")
 
 
-async def test_the_openai_sdk_streams_through_it() -> None:
+async def _sdk_streams() -> None:
     from openai import AsyncOpenAI
 
     from ator.testing.paced import PacedModel
@@ -328,3 +328,14 @@ async def test_the_openai_sdk_streams_through_it() -> None:
                                 if c.choices])
                 assert text.strip() == "abcde"
             assert inner(http).idle_connections == 1
+
+
+async def test_the_openai_sdk_streams_through_it() -> None:
+    await _sdk_streams()
+
+
+def test_the_openai_sdk_streams_through_it_on_uvloop() -> None:
+    """`ator serve` runs on uvloop (its transports are not asyncio.Transport subclasses)."""
+    uvloop = pytest.importorskip("uvloop")  # not on Windows, where serve runs on asyncio
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(_sdk_streams())

@@ -32,7 +32,7 @@ import asyncio
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Final, cast
 
 import httptools
 import httpx2
@@ -81,8 +81,8 @@ class _Connection(asyncio.Protocol):
     # ---------------------------------------------------------------- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses; they have its methods.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.received = True
