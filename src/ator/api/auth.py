@@ -40,7 +40,9 @@ class Unauthenticated(AtorError):
     status = 401
 
 
-def get_ator(request: Request) -> Ator:
+async def get_ator(request: Request) -> Ator:
+    """The runtime (async: FastAPI would run a plain `def` dependency on its thread pool,
+    a thread hop per request for an attribute read)."""
     ator: Ator = request.app.state.ator
     return ator
 
