@@ -11,8 +11,8 @@ from decimal import Decimal
 import sqlalchemy as sa
 
 from ator import Ator, Scope
-from ator.agent.tokens import request_tokens
 from ator.providers.base import MessageStop, ModelRequest, StreamEvent, TextDelta, Usage
+from ator.providers.size import request_tokens
 from ator.store.schema import org_usage, turns
 from tests.conftest import ended, wait_for_event
 

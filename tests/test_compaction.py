@@ -15,11 +15,11 @@ import pytest
 import sqlalchemy as sa
 
 from ator.agent.history import build_messages
-from ator.agent.tokens import request_bytes
 from ator.errors import ProviderError, ValidationFailed
 from ator.providers.base import ModelRequest, Usage
 from ator.providers.config import parse_provider_config
 from ator.providers.scripted import ScriptedProvider, ScriptStep
+from ator.providers.size import request_bytes
 from ator.store import turns as turn_store
 from ator.store.events import HISTORY_KINDS
 from ator.store.schema import events, model_calls

@@ -182,7 +182,7 @@ def test_a_request_is_measured_once_and_its_measure_goes_with_it() -> None:
     import dataclasses
     import gc
 
-    from ator.agent import tokens
+    from ator.providers import size as tokens
     from ator.providers.base import ModelRequest
 
     request = ModelRequest(model="m", messages=[{"role": "user", "content": "x" * 1000}])
@@ -204,7 +204,7 @@ def test_a_request_measured_by_parts_is_exactly_its_whole_document(tools: int) -
     the size of the whole document, non-ASCII text and tool-use inputs included."""
     import json
 
-    from ator.agent import tokens
+    from ator.providers import size as tokens
     from ator.providers.base import ModelRequest, SystemBlock, ToolSpec
 
     specs = [ToolSpec(f"t{i}", "décrit — ünïcode", {"type": "object", "properties": {

@@ -1,10 +1,10 @@
 """Compaction: every request fits the model's window and the transport's body limit (layer:
-agent; imports agent.*, providers.base, cost, errors, usage).
+agent; imports agent.*, providers.base, providers.size, cost, errors, usage).
 
 The transport-aware rule, checked before *every* model call (`CompactionHook.before_call`):
 
 - estimate = bytes of the serialized request (system, tools, every message with tool-use
-  inputs and tool results; `agent.tokens.request_bytes`); in tokens, ÷ `CHARS_PER_TOKEN`,
+  inputs and tool results; `providers.size.request_bytes`); in tokens, ÷ `CHARS_PER_TOKEN`,
   scaled by what the provider reported for the previous call of the turn when it did;
 - budget = min(model window, transport body limit) × threshold (`ContextLimits`);
 - a single item (a tool result, a message's text) larger than half the budget is never sent
@@ -34,10 +34,10 @@ from ator.agent.history import summary_message
 from ator.agent.hooks import LoopHook, StopTurn
 from ator.agent.loop import StepSink, call_model
 from ator.agent.state import PartialCall, TurnContext, TurnState
-from ator.agent.tokens import request_bytes
 from ator.cost.prices import PriceTable
 from ator.errors import ProviderError
 from ator.providers.base import Message, ModelRequest, Provider, StreamEvent, SystemBlock
+from ator.providers.size import request_bytes
 from ator.usage import CHARS_PER_TOKEN, Usage
 
 __all__ = [

@@ -1,5 +1,5 @@
 """What a model call was sent, as the inspector records it, and how two calls differ
-(layer: agent; imports agent.tokens, providers.base, providers.breakpoints, usage).
+(layer: agent; imports providers.base, providers.breakpoints, providers.size, usage).
 
 `describe` runs before every call (the loop stores the result with the call, in
 `model_calls.request_meta`, written by the step's own statement). It records hashes of each
@@ -17,9 +17,9 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ator.agent.tokens import request_bytes
 from ator.providers.base import ModelRequest, ToolSpec
 from ator.providers.breakpoints import plan_breakpoints
+from ator.providers.size import request_bytes
 from ator.usage import estimate_tokens
 
 __all__ = ["describe", "diff"]
@@ -60,7 +60,7 @@ def describe(request: ModelRequest, layers: Sequence[Mapping[str, Any]]) -> dict
         wire = {"role": message.get("role"), "content": message.get("content")}
         previous = _hash(previous + _hash(wire))[:12]
         chain.append(previous)
-    # The same measure compaction applies (agent/tokens.py), so the two never disagree.
+    # The same measure compaction applies (providers/size.py), so the two never disagree.
     size = request_bytes(request)
     plan = plan_breakpoints([b.cache for b in request.system], len(request.tools),
                             request.messages) if request.cache else []

@@ -1,5 +1,5 @@
 """The org's budget as a loop hook: every model call reserves its worst case first (layer:
-engine; imports agent, cost, store).
+engine; imports agent, providers.size, cost, store).
 
 Before each call, for an org with a limit (its own monthly budget, or the operator's
 ceiling, whichever is lower), the gate estimates the request's input tokens and reserves
@@ -17,10 +17,10 @@ from decimal import Decimal
 
 from ator.agent.hooks import LoopHook, StopTurn
 from ator.agent.state import TurnContext, TurnState
-from ator.agent.tokens import request_tokens
 from ator.cost.estimate import worst_case_usd
 from ator.cost.prices import PriceTable
 from ator.providers.base import ModelRequest
+from ator.providers.size import request_tokens
 from ator.store import ledger
 from ator.store.database import Database
 from ator.store.scope import Scope

@@ -1,6 +1,6 @@
 """The Chat Completions adapter for OpenAI and compatible servers — vLLM, llama.cpp server,
-Ollama (layer: providers; imports providers.base, errors and the `openai` SDK with its `httpx2`
-transport).
+Ollama (layer: providers; imports providers.base, providers.size, errors and the `openai` SDK
+with its `httpx2` transport).
 
 `build_params` flattens the neutral messages into chat messages and is pure, so the loop can
 persist exactly what was sent. `OpenAIProvider.stream` sends them with streaming on (asking for
@@ -38,9 +38,9 @@ from ator.providers.base import (
     ToolUseStop,
     Usage,
     UsageUpdate,
-    estimate_tokens,
 )
 from ator.providers.retry import retry_after
+from ator.providers.size import request_tokens
 from ator.providers.upstream import connection_error, describe, error_fields, log_raw, ours
 
 __all__ = ["DEFAULT_BASE_URL", "NO_API_KEY", "OpenAIProvider", "build_params"]
@@ -100,7 +100,7 @@ def build_params(
                 "function": {
                     "name": tool.name,
                     "description": tool.description,
-                    "parameters": json.loads(json.dumps(tool.input_schema)),
+                    "parameters": tool.input_schema,  # only serialized: no copy needed
                 },
             }
             for tool in request.tools
@@ -237,7 +237,7 @@ class OpenAIProvider:
         # The server accepted the prompt and will bill it, but reports usage only in the last
         # chunk: until then the prompt's size is the best figure for a call cut short.
         yield UsageUpdate(
-            Usage(input_tokens=_prompt_estimate(params), reported=False, estimated=True)
+            Usage(input_tokens=request_tokens(request), reported=False, estimated=True)
         )
         state = _StreamState(model=request.model)
         try:
@@ -268,14 +268,6 @@ class OpenAIProvider:
                 "openai: stream ended without a finish_reason", kind="protocol", retryable=True
             )
         yield state.message_stop()
-
-
-def _prompt_estimate(params: dict[str, Any]) -> int:
-    """Tokens of the prompt by its serialized size (messages and tools), rounded up."""
-    size = len(json.dumps(params["messages"], separators=(",", ":")))
-    if "tools" in params:
-        size += len(json.dumps(params["tools"], separators=(",", ":")))
-    return estimate_tokens(size)
 
 
 @dataclass(slots=True)

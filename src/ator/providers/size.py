@@ -1,4 +1,4 @@
-"""Estimating a request's size in tokens from its bytes (layer: agent; imports
+"""Estimating a request's size in tokens from its bytes (layer: providers; imports
 providers.base, usage).
 
 One constant (`ator.usage.CHARS_PER_TOKEN`), shared by everything that estimates (the
@@ -6,7 +6,8 @@ budget's worst case, compaction, a cut-short call's output): tokens ≈ bytes of
 request ÷ that constant, counting the system prompt, the tool schemas and every message,
 tool-use inputs and tool results included. Byte-level BPE tokenizers never produce more
 tokens than bytes, so `bytes` itself is a hard upper bound; ÷4 is what English text and JSON
-average.
+average. The loop's hooks (budget, compaction), the inspector and the adapters' estimate for a
+call cut short all measure with it, and a request is measured once, whoever asks first.
 """
 
 from __future__ import annotations
