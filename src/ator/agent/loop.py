@@ -313,13 +313,18 @@ async def _call_once(
     stop: MessageStop | None = None
     loop = asyncio.get_running_loop()
     stall = turn.caps.stall_timeout
+    slack = min(1.0, stall / 20)
     first_content: float | None = None
     stream = provider.stream(request)
     try:
         async with asyncio.timeout(stall) as watchdog:
             async for event in stream:
-                # Any provider event (keepalives included) proves the stream is alive.
-                watchdog.reschedule(loop.time() + stall)
+                # Any provider event (keepalives included) proves the stream is alive. Moving
+                # a timer costs a heap operation, so it moves only once it has fallen `slack`
+                # behind: a stall is cut after between `stall - slack` and `stall` seconds.
+                now = loop.time()
+                if now + stall - (watchdog.when() or now) > slack:
+                    watchdog.reschedule(now + stall)
                 partial.meter.observe(event)
                 if isinstance(event, Keepalive | UsageUpdate):
                     continue  # signs of life and running usage: nothing to show or assemble
