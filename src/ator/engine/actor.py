@@ -26,6 +26,7 @@ import uuid
 from uuid import UUID
 
 from ator.coord.base import Coordinator
+from ator.coord.listen import listen_forever
 from ator.engine.admission import Admission
 from ator.engine.liveness import Heartbeats
 from ator.engine.turn import TurnHandle, TurnRunner
@@ -81,7 +82,9 @@ class Actor:
         (self._deaf if listening else self._listening).clear()
 
     async def start(self) -> None:
-        self._listener = asyncio.create_task(self._listen_aborts(), name="ator-abort-listener")
+        self._listener = asyncio.create_task(
+            listen_forever(self.coord, ABORT_CHANNEL, self._on_abort, self._set_listening),
+            name="ator-abort-listener")
         self.heartbeats.start()
         await self._listening.wait()
 
@@ -138,26 +141,6 @@ class Actor:
         """Abort the thread's running turn wherever it runs."""
         payload = json.dumps({"thread_id": str(thread_id), "reason": reason})
         await self.coord.publish(ABORT_CHANNEL, payload)
-
-    async def _listen_aborts(self) -> None:
-        backoff = 0.1
-        while True:
-            try:
-                async with self.coord.subscribe(ABORT_CHANNEL) as sub:
-                    self._set_listening(True)
-                    backoff = 0.1
-                    async for _channel, message in sub:
-                        self._on_abort(message)
-                # The subscription ended without an error (the backend closed it): resubscribe.
-            except asyncio.CancelledError:
-                self._set_listening(False)
-                raise
-            except Exception:
-                log.warning("abort listener lost its subscription; resubscribing",
-                            exc_info=True)
-            self._set_listening(False)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
 
     def _on_abort(self, message: str) -> None:
         try:
