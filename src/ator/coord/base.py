@@ -77,7 +77,10 @@ class Coordinator(Protocol):
         """The token holding `key`, or None when free or expired."""
         ...
 
-    async def publish(self, channel: str, message: str) -> None: ...
+    async def publish(self, channel: str, message: str) -> int:
+        """Send `message` to the channel's current subscribers; returns how many received
+        it (with Redis: on every replica; 0 means nobody anywhere listens right now)."""
+        ...
 
     def subscribe(self, *channels: str) -> AbstractAsyncContextManager[Subscription]:
         """Subscribe; the subscription is live when the context is entered."""

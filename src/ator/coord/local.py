@@ -155,12 +155,14 @@ class LocalCoordinator:
 
     # -- pub/sub ----------------------------------------------------------------------------
 
-    async def publish(self, channel: str, message: str) -> None:
+    async def publish(self, channel: str, message: str) -> int:
         subscribers = self._subscribers.get(channel)
-        if subscribers:
-            item = (channel, message)
-            for subscriber in subscribers:
-                subscriber._deliver(item)
+        if not subscribers:
+            return 0
+        item = (channel, message)
+        for subscriber in subscribers:
+            subscriber._deliver(item)
+        return len(subscribers)
 
     def subscribe(self, *channels: str) -> _LocalSubscription:
         """Subscribe to `channels`; live (and receiving) once the context is entered."""

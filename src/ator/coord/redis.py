@@ -398,9 +398,9 @@ class RedisCoordinator:
 
     # -- pub/sub ----------------------------------------------------------------------------
 
-    async def publish(self, channel: str, message: str) -> None:
+    async def publish(self, channel: str, message: str) -> int:
         with _map_errors:
-            await self._client.publish(self._prefix + channel, message)
+            return int(await self._client.publish(self._prefix + channel, message))
 
     def subscribe(self, *channels: str) -> _RedisSubscription:
         """Subscribe to `channels`. Entering returns once Redis confirmed the SUBSCRIBE, so
