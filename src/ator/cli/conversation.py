@@ -24,6 +24,7 @@ from uuid import UUID
 from ator.cli.remote import ApiClient
 from ator.cli.render import TurnView
 from ator.engine.follow import TurnFollow
+from ator.engine.publish import want_deltas
 from ator.engine.runtime import Ator
 from ator.engine.wire import delta_channel, event_frame
 from ator.store.scope import Scope
@@ -93,6 +94,7 @@ class LocalConversation:
 
     async def _read_deltas(self, ready: asyncio.Event) -> None:
         async with self.ator.coord.subscribe(delta_channel(self._id)) as sub:
+            await want_deltas(self.ator.coord, self._id)
             ready.set()
             async for _channel, message in sub:
                 for frame in json.loads(message):

@@ -7,6 +7,13 @@ of milliseconds and published on the thread's delta channel, so a listener on an
 (the CLI, a socket) sees them live; a delta lost on the way is not recovered, the persisted
 reply is the truth.
 
+Most turns have nobody watching their tokens. When a batch of a turn's deltas reached no
+subscriber anywhere (the coordinator counts them), the turn's further deltas are dropped
+before they are even encoded, until someone announces interest in the thread on
+`DELTAS_WANTED_CHANNEL` (`want_deltas`, called by every delta listener once subscribed) or
+the turn ends. A listener that arrives mid-turn so misses only the deltas of the moment
+between its subscription and its announcement reaching this replica.
+
 `watch(fn)` lets a transport on this replica see each announced batch (the socket gateway
 pushes turn started/ended to org rooms from it); a watcher runs synchronously and must only
 schedule work, and its failure is logged, never the turn's.
@@ -15,24 +22,38 @@ schedule work, and its failure is logged, never the turn's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
 from ator.coord.base import Coordinator
-from ator.engine.wire import delta_channel, delta_frame, notice, thread_channel
+from ator.coord.listen import listen_forever
+from ator.engine.wire import (
+    DELTAS_WANTED_CHANNEL,
+    delta_channel,
+    delta_frame,
+    notice,
+    thread_channel,
+)
 from ator.obs.logging import get_logger
 from ator.providers.base import StreamEvent, TextDelta, ThinkingDelta
 from ator.store.records import Event
 from ator.store.scope import Scope
 
-__all__ = ["Publisher", "Watcher"]
+__all__ = ["Publisher", "Watcher", "want_deltas"]
 
 Watcher = Callable[[Scope, UUID, Sequence[Event]], None]
 
 log = get_logger("ator.engine.publish")
 _COALESCE = 0.03  # seconds of deltas per published frame batch
+
+
+async def want_deltas(coord: Coordinator, thread_id: UUID) -> None:
+    """Tell every replica that a listener now follows the thread's deltas (call once the
+    subscription is live)."""
+    await coord.publish(DELTAS_WANTED_CHANNEL, str(thread_id))
 
 
 class Publisher:
@@ -41,6 +62,31 @@ class Publisher:
         self._pending: dict[UUID, list[dict[str, Any]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._watchers: list[Watcher] = []
+        self._unwatched: dict[UUID, str] = {}  # thread -> its turn whose deltas reach nobody
+        self._interest: asyncio.Task[None] | None = None
+        self._hearing = asyncio.Event()  # announcements of interest reach this replica
+
+    async def start(self) -> None:
+        """Follow announcements of interest in deltas (see the module); returns once that
+        subscription is live."""
+        if self._interest is None:
+            self._interest = asyncio.get_running_loop().create_task(
+                listen_forever(self.coord, DELTAS_WANTED_CHANNEL, self._wanted, self._heard),
+                name="ator-deltas-wanted")
+        await self._hearing.wait()
+
+    def _heard(self, live: bool) -> None:
+        if live:
+            self._hearing.set()
+        else:  # announcements may be missed meanwhile: publish every turn's deltas again
+            self._hearing.clear()
+            self._unwatched.clear()
+
+    def _wanted(self, message: str) -> None:
+        try:
+            self._unwatched.pop(UUID(message), None)
+        except ValueError:
+            log.warning("ignoring a malformed deltas-wanted message", extra={"raw": message[:80]})
 
     def watch(self, fn: Watcher) -> Callable[[], None]:
         """Call `fn(scope, thread_id, events)` after each announcement; returns unwatch."""
@@ -51,6 +97,8 @@ class Publisher:
         """Announce committed events (call only after their commit). Deltas still queued for
         the thread go first, so a listener never sees a step's deltas after its record."""
         await self._flush(thread_id)
+        if any(e.kind == "turn_ended" for e in events):
+            self._unwatched.pop(thread_id, None)
         if events:
             await self.coord.publish(thread_channel(thread_id),
                                      notice(scope.org_id, thread_id, events))
@@ -62,6 +110,8 @@ class Publisher:
 
     def delta(self, thread_id: UUID, turn_id: UUID, event: StreamEvent) -> None:
         """Queue one streamed event; flushed as one batch per thread every few ms."""
+        if self._unwatched.get(thread_id) == str(turn_id):
+            return  # nobody listens (see the module)
         frames = self._pending.get(thread_id)
         if frames is None:
             frames = self._pending[thread_id] = []
@@ -82,16 +132,24 @@ class Publisher:
         if not frames:
             return
         try:
-            await self.coord.publish(delta_channel(thread_id),
-                                     json.dumps(frames, separators=(",", ":"), default=str))
+            heard = await self.coord.publish(
+                delta_channel(thread_id), json.dumps(frames, separators=(",", ":"), default=str))
         except Exception:  # ephemeral by contract: a lost delta batch is only logged
             log.warning("could not publish token deltas", exc_info=True)
+            return
+        if not heard and self._hearing.is_set():  # only while interest can reach us
+            self._unwatched[thread_id] = frames[-1]["turn_id"]
 
     async def aclose(self) -> None:
         """Send what is queued, then stop."""
         tasks = list(self._tasks)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self._interest is not None:
+            self._interest.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._interest
+            self._interest = None
 
 
 def _mergeable(event: TextDelta | ThinkingDelta, frames: list[dict[str, Any]],

@@ -220,6 +220,7 @@ class Ator(McpMethods):
             # Import the provider SDKs in a worker thread now: the first model call would
             # otherwise import them on the event loop (~1 s frozen for every tenant).
             await preload()
+            await self.publisher.start()
             await self.actor.start()
             self.reaper.start()
             self.loop_lag.start()

@@ -1,5 +1,5 @@
 """A thread's frames from a cursor on: what it missed from the database, then live (layer:
-engine; imports coord, store.events, store.threads, engine.wire).
+engine; imports coord, store.events, store.threads, engine.publish, engine.wire).
 
 The SSE endpoint and the socket gateway both read a thread through `thread_frames`, so both
 see the same frames with the same guarantee: every persisted event after the cursor exactly
@@ -30,6 +30,7 @@ from uuid import UUID
 
 from ator.coord.base import Coordinator
 from ator.coord.fanout import Waiter
+from ator.engine.publish import want_deltas
 from ator.engine.wire import delta_channel, event_frame, thread_channel
 from ator.store import events as event_store
 from ator.store import threads as thread_store
@@ -113,6 +114,8 @@ async def _frames(
             coord.hub.subscribe(thread_channel(thread_id), inbox=_INBOX))
         tokens = (await stack.enter_async_context(
             coord.hub.subscribe(delta_channel(thread_id), inbox=_INBOX)) if deltas else None)
+        if tokens is not None:
+            await want_deltas(coord, thread_id)
         for frame in await reader.catch_up():
             yield frame
         async for item in _merged(notices, tokens, keepalive):

@@ -12,8 +12,10 @@ and a token delta (never persisted, marked so) as:
 
 Channels, all here: `thread:<id>` carries notices of committed events (a notice is
 `{"org_id", "thread_id", "seq", "events": [event, …]}`, published only after the commit, so a
-reader may trust it), `deltas:<thread id>` carries coalesced token deltas, and `ator:abort`
-carries stop requests to whichever replica runs the turn.
+reader may trust it), `deltas:<thread id>` carries coalesced token deltas, `ator:abort`
+carries stop requests to whichever replica runs the turn, and `ator:deltas-wanted` carries the
+id of a thread someone just started listening to the deltas of (a turn whose deltas reached
+nobody stops publishing them until then: see engine.publish).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ator.store.records import Event
 
 __all__ = [
     "ABORT_CHANNEL",
+    "DELTAS_WANTED_CHANNEL",
     "delta_channel",
     "delta_frame",
     "event_frame",
@@ -37,6 +40,7 @@ __all__ = [
 ]
 
 ABORT_CHANNEL = "ator:abort"
+DELTAS_WANTED_CHANNEL = "ator:deltas-wanted"
 
 
 def thread_channel(thread_id: UUID | str) -> str:
