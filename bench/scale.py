@@ -9,7 +9,8 @@ Each round: N new threads each POST one message at the same moment; the model (t
 - POST p50/p99: time to the 202;
 - start lag p50/p99: turn `started_at` minus its POST's 202 (the acceptance asks p99 < 1 s);
 - peak turns in flight: most `running` turns seen by a 100 ms sampler;
-- lost: turns that ended `error:lost` (and every non-`done` status, counted by kind);
+- lost: turns that ended `error:lost`; failed: every turn that ended other than `done` (each
+  status is also counted by kind below the table);
 - engine overhead p50/p99: (turn `ended_at` - POST sent) - the model's stream time;
 - /healthz p99: a prober hitting /healthz back to back during the burst;
 - RSS per in-flight turn: (peak RSS of the server's process tree - RSS before) / peak in flight;
@@ -65,6 +66,7 @@ class Round:
     start_lag_p99_ms: float = float("nan")
     peak_in_flight: int = 0
     lost: int = 0
+    failed: int = 0  # turns that ended other than done (lost ones included)
     statuses: dict[str, int] = field(default_factory=dict)
     overhead_p50_ms: float = float("nan")
     overhead_p99_ms: float = float("nan")
@@ -324,6 +326,7 @@ async def ator_round(server: Server, model_url: str, n: int, duration: float,
         key = f"{r['status']}:{r['stop_reason']}"
         result.statuses[key] = result.statuses.get(key, 0) + 1
     result.lost = sum(1 for r in rows if r["stop_reason"] == "error:lost")
+    result.failed = sum(1 for r in rows if r["status"] != "done")
     result.healthz_p99_ms = pct(health, .99) * 1e3
     if result.peak_in_flight:
         result.rss_per_turn_kb = (peak_rss - rss_before) / 1024 / result.peak_in_flight
@@ -392,7 +395,7 @@ async def langgraph_round(url: str, model_url: str, n: int, duration: float,
 
 def show(rounds: list[Round]) -> None:
     cols = ["system", "n", "all_done_s", "post_p50_ms", "post_p99_ms", "start_lag_p50_ms",
-            "start_lag_p99_ms", "peak_in_flight", "lost", "overhead_p50_ms", "overhead_p99_ms",
+            "start_lag_p99_ms", "peak_in_flight", "lost", "failed", "overhead_p50_ms", "overhead_p99_ms",
             "healthz_p99_ms", "rss_per_turn_kb", "pg_connections", "http_errors", "never_ended",
             "server_cpu_s", "loop_lag_max_ms", "client_cpu_s", "model_cpu_s",
             "machine_busy_pct"]
