@@ -128,6 +128,10 @@ class Ator(McpMethods):
         self.master_key = master_key
         self.owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}"
         self.publisher = Publisher(coord)
+        # New messages take at most half the database pool: under a burst, accepted turns
+        # start, stream and finish ahead of further arrivals instead of queueing behind them
+        # for a connection (backpressure lands on the POST, not on work already accepted).
+        self._ingest = asyncio.Semaphore(max(1, settings.db_pool_size // 2))
         self.access = Access(db, settings)
         self.tenancy = Tenancy(db, master_key)
         self.prompts = Prompts(db)
@@ -425,10 +429,11 @@ class Ator(McpMethods):
             raise ValidationFailed(f"message text exceeds {_MAX_TEXT} characters",
                                    code="message_too_long")
         cmid = client_message_id or uuid.uuid4().hex
-        item, created = await mailbox_store.submit(
-            self.db, scope, thread_id, client_message_id=cmid, kind="message",
-            content={"role": "user", "content": [{"type": "text", "text": text}]},
-        )
+        async with self._ingest:
+            item, created = await mailbox_store.submit(
+                self.db, scope, thread_id, client_message_id=cmid, kind="message",
+                content={"role": "user", "content": [{"type": "text", "text": text}]},
+            )
         if created:
             await self.actor.notify(scope, thread_id)
         return item, created
