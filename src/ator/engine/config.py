@@ -1,4 +1,5 @@
-"""Freezing a turn's effective configuration (layer: engine; imports agent, security, store).
+"""Freezing a turn's effective configuration (layer: engine; imports agent, jsonenc,
+security, store).
 
 At turn start the setup, thread instructions, caps and mounted tools are frozen into a
 snapshot stored with the turn. The snapshot is redacted (secret references stay, anything
@@ -8,11 +9,11 @@ secret-looking goes) and hashed, so two turns with the same hash ran under the s
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+from ator import jsonenc
 from ator.agent.caps import CapCeilings, Caps
 from ator.security.redact import redact
 from ator.store.turns import TurnStart
@@ -66,11 +67,11 @@ def freeze(
                 "policy_replace": ctx.policy_replace},
         "caps": asdict(caps),
     }
-    canonical = json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str)
+    canonical = jsonenc.canonical(snapshot)
     return FrozenConfig(
         caps=caps,
         snapshot=snapshot,
-        hash=hashlib.sha256(canonical.encode()).hexdigest(),
+        hash=hashlib.sha256(canonical).hexdigest(),
         allow=list(allow) if allow is not None else None,
         deny=deny,
         cache=bool(ctx.config.get("prompt_cache", True)),

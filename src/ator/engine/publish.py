@@ -1,5 +1,5 @@
 """Publishing what a turn produced to every replica (layer: engine; imports coord,
-engine.wire, providers.base, store.records).
+engine.wire, jsonenc, providers.base, store.records).
 
 Committed events are announced on the thread's channel right after their commit (persist,
 then emit). Token deltas are the one ephemeral exception: coalesced per turn for a few tens
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
+from ator import jsonenc
 from ator.coord.base import Coordinator
 from ator.coord.listen import listen_forever
 from ator.engine.wire import (
@@ -133,7 +133,7 @@ class Publisher:
             return
         try:
             heard = await self.coord.publish(
-                delta_channel(thread_id), json.dumps(frames, separators=(",", ":"), default=str))
+                delta_channel(thread_id), jsonenc.dumps(frames))
         except Exception:  # ephemeral by contract: a lost delta batch is only logged
             log.warning("could not publish token deltas", exc_info=True)
             return

@@ -1,5 +1,5 @@
 """The one wire format of thread events and the coordinator channels they travel on (layer:
-engine; imports store.records, providers.base).
+engine; imports jsonenc, store.records, providers.base).
 
 Every reader — the HTTP API, long-poll, the CLI, notices between replicas, the coming socket
 gateway — sees a persisted event as the same dict:
@@ -20,12 +20,12 @@ nobody stops publishing them until then: see engine.publish).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 from uuid import UUID
 
+from ator import jsonenc
 from ator.providers.base import StreamEvent
 from ator.store.records import Event
 
@@ -59,13 +59,20 @@ def event_frame(e: Event) -> dict[str, Any]:
 
 def notice(org_id: UUID, thread_id: UUID, events: Sequence[Event]) -> str:
     """The coordinator message announcing committed events."""
-    return json.dumps({
+    return jsonenc.dumps({
         "org_id": str(org_id), "thread_id": str(thread_id), "seq": events[-1].seq,
         "events": [event_frame(e) for e in events],
-    }, default=str, separators=(",", ":"))
+    })
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def delta_frame(turn_id: UUID, event: StreamEvent) -> dict[str, Any]:
-    fields = {k: v for k, v in asdict(event).items() if k != "usage"}
+    kind = type(event)
+    names = _FIELDS.get(kind)
+    if names is None:  # a shallow read of the event's fields (it is encoded right away)
+        names = _FIELDS[kind] = tuple(f.name for f in fields(event) if f.name != "usage")
+    values = {name: getattr(event, name) for name in names}
     return {"kind": "delta", "ephemeral": True, "turn_id": str(turn_id),
-            "type": type(event).__name__, **fields}
+            "type": kind.__name__, **values}

@@ -1,5 +1,5 @@
 """Estimating a request's size in tokens from its bytes (layer: providers; imports
-providers.base, usage).
+providers.base, jsonenc, usage).
 
 One constant (`ator.usage.CHARS_PER_TOKEN`), shared by everything that estimates (the
 budget's worst case, compaction, a cut-short call's output): tokens ≈ bytes of the serialized
@@ -12,10 +12,10 @@ call cut short all measure with it, and a request is measured once, whoever asks
 
 from __future__ import annotations
 
-import json
 import weakref
 from collections import OrderedDict
 
+from ator import jsonenc
 from ator.providers.base import ModelRequest, ToolSpec
 from ator.usage import estimate_tokens
 
@@ -53,7 +53,7 @@ def request_bytes(request: ModelRequest) -> int:
 
 
 def _json_bytes(value: object) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+    return jsonenc.size(value)
 
 
 _TOOLS: OrderedDict[int, tuple[ToolSpec, int]] = OrderedDict()

@@ -1,4 +1,5 @@
-"""The append-only event log of each thread (layer: store; imports sqlalchemy, ator.store.*).
+"""The append-only event log of each thread (layer: store; imports sqlalchemy, ator.store.*,
+ator.jsonenc).
 
 `seq` is assigned in the same statement that inserts the events, by bumping
 `threads.last_seq` (the row lock serializes writers of one thread), so seqs are dense, unique
@@ -8,13 +9,13 @@ their own statements so a step's events, usage and turn update cost one round tr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
 import sqlalchemy as sa
 
+from ator import jsonenc
 from ator.store.database import Database
 from ator.store.records import Event
 from ator.store.schema import events
@@ -61,7 +62,7 @@ def append_cte(guard: str | None = None) -> tuple[str, str]:
 def event_params(items: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     return {
         "ev_kinds": [k for k, _ in items],
-        "ev_datas": [json.dumps(d, separators=(",", ":"), default=str) for _, d in items],
+        "ev_datas": [jsonenc.dumps(d) for _, d in items],
     }
 
 

@@ -1,5 +1,5 @@
 """Turn rows and the statements a turn is made of (layer: store; imports sqlalchemy,
-ator.store.*).
+ator.store.*, ator.jsonenc).
 
 A turn costs few round trips by design (each is measured in tests and bench/):
 
@@ -17,7 +17,6 @@ meanwhile, nothing is appended and the caller is told (`StepWrite.live` is False
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,6 +26,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
+from ator import jsonenc
 from ator.errors import NotFound
 from ator.store import tree
 from ator.store.database import Database, first
@@ -294,7 +294,7 @@ class Billed:
             "mc_reported": mc.usage_reported, "mc_estimated": mc.usage_estimated,
             "mc_priced": mc.priced,
             "mc_duration_ms": mc.duration_ms,
-            "mc_meta": json.dumps(mc.request_meta, separators=(",", ":"), default=str),
+            "mc_meta": jsonenc.dumps(mc.request_meta),
         }
         if self.released:
             out["released"] = self.released
@@ -366,7 +366,7 @@ class Snapshot:
         return []
 
     def params(self) -> dict[str, Any]:
-        return {"snapshot": json.dumps(self.data, separators=(",", ":"), default=str),
+        return {"snapshot": jsonenc.dumps(self.data),
                 "config_hash": self.hash}
 
     def selects(self) -> list[str]:

@@ -1,0 +1,46 @@
+"""ator.jsonenc keeps the meaning of `json.dumps(..., default=str)` for what turns write."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import json
+import uuid
+
+from ator import jsonenc
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+def stdlib(value: object, **kw: object) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":"), **kw)
+
+
+def test_the_same_json_values_as_the_standard_library_with_str_as_default() -> None:
+    value = {
+        "id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        "at": datetime.datetime(2026, 11, 30, 14, 0, tzinfo=datetime.UTC),
+        "day": datetime.date(2026, 11, 30),
+        "usd": decimal.Decimal("1.50"),
+        "point": Point(3),
+        "text": "héllo — 日本 \u2028 \"q\" \\ \n",
+        "nested": [1, 2.5, None, True, {"k": "v"}],
+        "huge": 2**70,
+    }
+    assert json.loads(jsonenc.dumps(value)) == json.loads(stdlib(value))
+    assert jsonenc.dumps({"a": 1, "b": [1, 2]}) == '{"a":1,"b":[1,2]}'  # compact
+
+
+def test_an_integer_beyond_64_bits_falls_back_instead_of_failing() -> None:
+    assert json.loads(jsonenc.dumps({"n": -(2**80)})) == {"n": -(2**80)}
+    assert jsonenc.canonical({"b": 2**65, "a": 1}) == b'{"a":1,"b":36893488147419103232}'
+
+
+def test_non_string_keys_become_strings_and_canonical_sorts_keys() -> None:
+    assert json.loads(jsonenc.dumps({1: "a", None: "b"})) == {"1": "a", "null": "b"}
+    assert jsonenc.canonical({"b": 1, "a": {"d": 1, "c": 2}}) == b'{"a":{"c":2,"d":1},"b":1}'
+    assert jsonenc.size({"t": "é"}) == len('{"t":"é"}'.encode())
