@@ -387,6 +387,33 @@ async def test_mark_expires(pair: Pair) -> None:
     assert await b.take_mark(flag) is False
 
 
+async def test_a_claim_takes_the_lease_and_the_mark_together(pair: Pair) -> None:
+    a, b = pair
+    lease, flag = key(), key()
+    assert await a.claim(lease, "one", LONG, flag) == (True, False)  # free, no mark
+    await b.mark(flag, LONG)
+    # Held by "one": another token gets nothing, and the mark stays for the holder.
+    assert await b.claim(lease, "two", LONG, flag) == (False, False)
+    assert await a.claim(lease, "one", LONG, flag) == (True, True)  # ours again, mark taken
+    assert await b.take_mark(flag) is False
+    assert await b.holder(lease) == "one"
+
+
+async def test_release_unless_marked_keeps_the_lease_for_new_work(pair: Pair) -> None:
+    a, b = pair
+    lease, flag = key(), key()
+    assert await a.claim(lease, "one", LONG, flag) == (True, False)
+    await b.mark(flag, LONG)  # a message arrived during the turn
+    assert await a.release_unless_marked(lease, "one", flag) is True
+    assert await b.holder(lease) == "one" and await b.take_mark(flag) is False
+    assert await a.release_unless_marked(lease, "one", flag) is False  # nothing more
+    assert await b.holder(lease) is None
+    # Someone else's lease is never released by it.
+    assert await b.acquire(lease, "two", LONG) is True
+    assert await a.release_unless_marked(lease, "one", flag) is False
+    assert await a.holder(lease) == "two"
+
+
 async def test_hit_counts_per_key_across_replicas(pair: Pair) -> None:
     a, b = pair
     counter, other = key(), key()

@@ -73,6 +73,17 @@ class Coordinator(Protocol):
         """Release only if `token` still holds it (compare-and-delete); True if released."""
         ...
 
+    async def claim(self, key: str, token: str, ttl: float, mark: str) -> tuple[bool, bool]:
+        """`acquire(key, token, ttl)` and, when that succeeds, `take_mark(mark)`, as one
+        atomic step: (acquired, mark taken). Another holder's lease leaves the mark alone."""
+        ...
+
+    async def release_unless_marked(self, key: str, token: str, mark: str) -> bool:
+        """As one atomic step: if `mark` is set, take it and keep the lease (True: more work
+        came); otherwise release the lease if `token` still holds it (False). So a mark set
+        before the release is never left behind with nobody holding the lease."""
+        ...
+
     async def holder(self, key: str) -> str | None:
         """The token holding `key`, or None when free or expired."""
         ...

@@ -144,6 +144,17 @@ class LocalCoordinator:
         del self._leases[key]
         return held[1] > self._clock()
 
+    async def claim(self, key: str, token: str, ttl: float, mark: str) -> tuple[bool, bool]:
+        if not await self.acquire(key, token, ttl):
+            return False, False
+        return True, await self.take_mark(mark)
+
+    async def release_unless_marked(self, key: str, token: str, mark: str) -> bool:
+        if await self.take_mark(mark):
+            return True
+        await self.release(key, token)
+        return False
+
     async def holder(self, key: str) -> str | None:
         held = self._leases.get(key)
         if held is None:

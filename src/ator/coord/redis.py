@@ -58,6 +58,21 @@ _EXTEND = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
+# A pump's start and end, one round trip each (see Coordinator.claim and
+# release_unless_marked). KEYS: the lease, the mark.
+_CLAIM = """
+local taken = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not taken then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1 + redis.call('DEL', KEYS[2])
+"""
+_RELEASE_UNLESS_MARKED = """
+if redis.call('DEL', KEYS[2]) == 1 then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"""
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -372,6 +387,8 @@ class RedisCoordinator:
         self._acquire = self._client.register_script(_ACQUIRE)
         self._extend = self._client.register_script(_EXTEND)
         self._release = self._client.register_script(_RELEASE)
+        self._claim = self._client.register_script(_CLAIM)
+        self._release_unless_marked = self._client.register_script(_RELEASE_UNLESS_MARKED)
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -390,6 +407,17 @@ class RedisCoordinator:
     async def release(self, key: str, token: str) -> bool:
         with _map_errors:
             return bool(await self._release(keys=[self._prefix + "lease:" + key], args=(token,)))
+
+    async def claim(self, key: str, token: str, ttl: float, mark: str) -> tuple[bool, bool]:
+        keys = [self._prefix + "lease:" + key, self._prefix + "mark:" + mark]
+        with _map_errors:
+            got = int(await self._claim(keys=keys, args=(token, _millis(ttl, "ttl"))))
+        return got > 0, got > 1
+
+    async def release_unless_marked(self, key: str, token: str, mark: str) -> bool:
+        keys = [self._prefix + "lease:" + key, self._prefix + "mark:" + mark]
+        with _map_errors:
+            return bool(await self._release_unless_marked(keys=keys, args=(token,)))
 
     async def holder(self, key: str) -> str | None:
         with _map_errors:

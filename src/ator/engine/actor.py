@@ -3,12 +3,15 @@ engine; imports coord, store, engine.turn).
 
     submit ─► mailbox INSERT (unique per client id) ─► mark "more work" ─► wake
     wake   ─► admission (at most `max_in_flight` pumps; the rest queue by id, in order)
-           ─► (one local pump per thread) take lease ─► run turns until the mailbox is empty
-           ─► release ─► if the mark was set meanwhile, go again ─► slot to the next thread
+           ─► (one local pump per thread) claim: take the lease and the mark, one step
+           ─► run a turn ─► release unless marked again (one step; marked: run another)
+           ─► slot to the next thread
 
 The mark closes the race between "drained nothing" and "released": a message that arrives
-in between finds the lease taken, but its mark makes the releasing pump look again. If the
-replica that took a message dies before running it, the reaper's sweep wakes the thread.
+in between finds the lease taken, but its mark is taken by the pump's atomic "release unless
+marked", which then runs again. A local wake that finds this thread's pump still running
+makes it look once more when it ends. If the replica that took a message dies before running
+it, the reaper's sweep wakes the thread.
 
 Stop travels over the coordinator (`ator:abort`), so it reaches whichever replica owns the
 turn, and keeps its typed reason (`cancelled:user`, `cancelled:shutdown`, …). The listener
@@ -61,6 +64,7 @@ class Actor:
         self.admission = Admission(max_in_flight)
         self.heartbeats = Heartbeats(db=db, coord=coord, ttl=lease_ttl)
         self._pumps: dict[UUID, asyncio.Task[None]] = {}
+        self._rewake: dict[UUID, Scope] = {}  # woken while its pump was running
         self._running: dict[UUID, TurnHandle] = {}
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
@@ -118,7 +122,12 @@ class Actor:
     def wake(self, scope: Scope, thread_id: UUID, *, force: bool = False) -> None:
         """Run the thread here if no local pump does. `force` runs one drain even without a
         mark (the reaper's sweep of items nobody picked up)."""
-        if self._closing or thread_id in self._pumps:
+        if self._closing:
+            return
+        if thread_id in self._pumps:
+            # That pump may already be past its last look at the mark (ending): it looks
+            # again once it has ended, instead of leaving the item to the reaper's sweep.
+            self._rewake[thread_id] = scope
             return
         if self.admission.enter(scope, thread_id, force=force):
             self._start_pump(scope, thread_id, force)
@@ -132,6 +141,12 @@ class Actor:
 
     def _pump_ended(self, thread_id: UUID) -> None:
         self._pumps.pop(thread_id, None)
+        again = self._rewake.pop(thread_id, None)
+        if again is not None and not self._closing:
+            # Its slot goes straight to the same thread (a claim that finds no mark is one
+            # round trip), ahead of the queue: that wake came while it held the slot.
+            self._start_pump(again, thread_id, False)
+            return
         while (admitted := self.admission.leave()) is not None:
             if not self._closing and admitted.thread_id not in self._pumps:
                 self._start_pump(admitted.scope, admitted.thread_id, admitted.force)
@@ -157,21 +172,27 @@ class Actor:
         key = lease_key(thread_id)
         mark = _mark_key(thread_id)
         try:
-            while not self._closing:
-                if not await self.coord.acquire(key, token, self.lease_ttl):
-                    return  # another pump owns it; the mark makes that pump look again
-                try:
-                    # Every submit sets the mark after its INSERT committed, so "no mark"
-                    # means nothing arrived since our last drain: no empty drain needed.
-                    while not self._closing and (await self.coord.take_mark(mark) or force):
-                        force = False
+            # Every submit sets the mark after its INSERT committed, so "no mark" means
+            # nothing arrived since the last drain: no empty drain needed. Two round trips
+            # per turn: the claim (lease + mark) and the release unless marked again.
+            acquired, more = await self.coord.claim(key, token, self.lease_ttl, mark)
+            if not acquired:
+                return  # another pump owns it; the mark makes that pump look again
+            held = True
+            try:
+                more = more or force
+                while not self._closing:
+                    if more:
                         await self._one_turn(scope, thread_id, token)
-                finally:
+                    # A submit that found the lease taken left its mark: it is seen here,
+                    # atomically with the release, so it is never left with nobody to run it.
+                    more = await self.coord.release_unless_marked(key, token, mark)
+                    if not more:
+                        held = False
+                        return
+            finally:
+                if held:
                     await self.coord.release(key, token)
-                # A submit between our last look and the release found the lease taken.
-                if not await self.coord.take_mark(mark):
-                    return
-                force = True
         except asyncio.CancelledError:
             raise
         except Exception:
