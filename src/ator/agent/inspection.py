@@ -1,5 +1,6 @@
 """What a model call was sent, as the inspector records it, and how two calls differ
-(layer: agent; imports providers.base, providers.breakpoints, providers.size, usage).
+(layer: agent; imports jsonenc, providers.base, providers.breakpoints, providers.size,
+usage).
 
 `describe` runs before every call (the loop stores the result with the call, in
 `model_calls.request_meta`, written by the step's own statement). It records hashes of each
@@ -17,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ator import jsonenc
 from ator.providers.base import ModelRequest, ToolSpec
 from ator.providers.breakpoints import plan_breakpoints
 from ator.providers.size import request_bytes
@@ -26,9 +28,8 @@ __all__ = ["describe", "diff"]
 
 
 def _hash(value: Any) -> str:
-    raw = value if isinstance(value, str) else json.dumps(value, sort_keys=True,
-                                                          separators=(",", ":"), default=str)
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+    raw = value.encode() if isinstance(value, str) else jsonenc.canonical(value)
+    return hashlib.sha256(raw).hexdigest()[:16]
 
 
 # A turn's tool specs are the same objects call after call (toolsets keep them): their

@@ -9,6 +9,7 @@ secret-looking goes) and hashed, so two turns with the same hash ran under the s
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from fnmatch import fnmatchcase
 from typing import Any
@@ -35,11 +36,38 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# Turns of a thread (and threads of a setup) freeze the same inputs again and again: the last
+# results are kept by everything the snapshot is made of. A setup's config, tool policy,
+# persona, name, provider and model change only with its version (store.setups bumps it on
+# every update); the texts of the editable layers are part of the key themselves. What is
+# returned is shared: read it, never change it.
+_FROZEN: OrderedDict[tuple[Any, ...], FrozenConfig] = OrderedDict()
+_FROZEN_MAX = 1024
+
+
 def freeze(
     ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None = None
 ) -> FrozenConfig:
     """Raises ConfigError when the setup's caps are invalid. A cap above the operator's
     ceiling (lowered since the setup was written) is clamped to it, not refused."""
+    key = (ctx.setup_id, ctx.setup_version, ctx.persona, ctx.instructions,
+           ctx.instructions_version, ctx.policy, ctx.policy_version, ctx.policy_replace,
+           ctx.depth, None if ctx.contract is None else jsonenc.canonical(ctx.contract),
+           engine_version, id(ceilings), ceilings)
+    found = _FROZEN.get(key)
+    if found is not None:
+        _FROZEN.move_to_end(key)
+        return found
+    frozen = _freeze(ctx, engine_version=engine_version, ceilings=ceilings)
+    _FROZEN[key] = frozen
+    if len(_FROZEN) > _FROZEN_MAX:
+        _FROZEN.popitem(last=False)
+    return frozen
+
+
+def _freeze(
+    ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None
+) -> FrozenConfig:
     caps = Caps.from_config(ctx.config.get("caps"), ceilings, clamp=True)
     policy = ctx.tool_policy or {}
     allow = policy.get("allow")

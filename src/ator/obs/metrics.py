@@ -22,6 +22,9 @@ class Metrics:
         self.turns = Counter("ator_turns", "Turns ended, by status", ["status"], registry=r)
         self.steps = Counter("ator_steps", "Model calls made by turns", registry=r)
         self.tokens = Counter("ator_tokens", "Tokens by kind", ["kind"], registry=r)
+        # Bound once: `labels()` takes a lock and builds a key on every call (per model call).
+        self._token_kinds = tuple(self.tokens.labels(kind) for kind in
+                                  ("input", "output", "cache_read", "cache_write"))
         self.usd = Counter("ator_cost_usd", "Spend in USD", registry=r)
         self.tool_calls = Counter("ator_tool_calls", "Tool calls by outcome", ["outcome"],
                                   registry=r)
@@ -49,10 +52,9 @@ class Metrics:
     def model_call(self, *, input: int, output: int, cache_read: int, cache_write: int,
                    usd: Decimal) -> None:
         self.steps.inc()
-        self.tokens.labels("input").inc(input)
-        self.tokens.labels("output").inc(output)
-        self.tokens.labels("cache_read").inc(cache_read)
-        self.tokens.labels("cache_write").inc(cache_write)
+        for counter, amount in zip(self._token_kinds, (input, output, cache_read, cache_write),
+                                   strict=True):
+            counter.inc(amount)
         self.usd.inc(float(usd))
 
     def tool_call(self, *, is_error: bool) -> None:
