@@ -199,6 +199,22 @@ async def test_a_stale_connection_that_dies_on_reuse_is_retried_once_on_a_new_on
         assert server.connections == 2
 
 
+async def test_an_answer_before_the_whole_body_was_taken_is_read_not_lost() -> None:
+    """A proxy refusing a body that is too large answers 413 at once and closes without
+    reading it; the caller (compaction) must see the 413, not a write error."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 9\r\n"
+                     b"connection: close\r\n\r\ntoo large")
+        await writer.drain()
+        await asyncio.sleep(0.1)
+
+    async with RawServer(handler) as server, client(server.port) as c:
+        r = await c.post("/v1/messages", content=b"x" * 16_000_000)
+        assert (r.status_code, r.content) == (413, b"too large")
+        assert inner(c).open_connections == 0
+
+
 async def test_a_silent_server_is_a_read_timeout() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)

@@ -288,7 +288,13 @@ class H1Transport(httpx2.AsyncBaseTransport):
         read_timeout = timeouts.get("read")
         conn.used = True
         try:
-            await self._send(conn, request, head, chunked, timeouts.get("write"))
+            try:
+                await self._send(conn, request, head, chunked, timeouts.get("write"))
+            except httpx2.WriteError:
+                if not conn.received:
+                    raise
+                # The server answered before taking the whole body (a 413, say) and
+                # closed: its answer is what the caller needs, so it is read below.
             while not conn.headers_done:
                 if conn.error is not None:
                     raise conn.error
