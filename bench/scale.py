@@ -395,10 +395,10 @@ async def langgraph_round(url: str, model_url: str, n: int, duration: float,
 
 def show(rounds: list[Round]) -> None:
     cols = ["system", "n", "all_done_s", "post_p50_ms", "post_p99_ms", "start_lag_p50_ms",
-            "start_lag_p99_ms", "peak_in_flight", "lost", "failed", "overhead_p50_ms", "overhead_p99_ms",
-            "healthz_p99_ms", "rss_per_turn_kb", "pg_connections", "http_errors", "never_ended",
-            "server_cpu_s", "loop_lag_max_ms", "client_cpu_s", "model_cpu_s",
-            "machine_busy_pct"]
+            "start_lag_p99_ms", "peak_in_flight", "lost", "failed", "overhead_p50_ms",
+            "overhead_p99_ms", "healthz_p99_ms", "rss_per_turn_kb", "pg_connections",
+            "http_errors", "never_ended", "server_cpu_s", "loop_lag_max_ms", "client_cpu_s",
+            "model_cpu_s", "machine_busy_pct"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rounds:
