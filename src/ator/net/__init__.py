@@ -1,10 +1,11 @@
 """Egress: the only way out of the process (layer: net, bottom; imports errors, settings,
 httpx, httpx2, httptools and the stdlib).
 
-`Egress` builds every outbound HTTP client (httpx for plain HTTP and MCP, httpx2 for the
-provider SDKs) on a transport that resolves once, refuses loopback/private/link-local/
-reserved addresses unless allowlisted (`ATOR_EGRESS_ALLOW`), pins the validated address,
-re-checks every redirect and bounds time and size. A refusal is `ator.errors.EgressBlocked`.
+`Egress` builds every outbound HTTP client (httpx for plain HTTP, httpx2 for the provider and
+MCP SDKs, whose connections `net.h1` makes) on a transport that resolves once, refuses
+loopback/private/link-local/reserved addresses unless allowlisted (`ATOR_EGRESS_ALLOW`), pins
+the validated address, re-checks every redirect and bounds time and size. A refusal is
+`ator.errors.EgressBlocked`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The one factory of outbound HTTP clients (layer: net; imports settings, net.guard,
 net.resolver, net.*_transport, net.h1, httpx, httpx2).
 
-Every client that leaves the process is built here, so every one carries the guard: provider
-SDKs get an `httpx2.AsyncClient` (`httpx2_client`), the MCP SDK and plain HTTP an
-`httpx.AsyncClient` (`httpx_client`). Tests inject a fake resolver (`Egress(policy,
+Every client that leaves the process is built here, so every one carries the guard: the
+provider and MCP SDKs get an `httpx2.AsyncClient` (`httpx2_client`) whose connections are made
+by `net.h1`, plain HTTP (web fetch) an `httpx.AsyncClient` (`httpx_client`) on httpx's own
+pinned pool. Tests inject a fake resolver (`Egress(policy,
 resolver=...)`) and/or a fake inner transport (`transport=`), the way httpx injects one; the
 guard still judges every request.
 """
