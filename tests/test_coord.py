@@ -408,10 +408,12 @@ async def test_release_unless_marked_keeps_the_lease_for_new_work(pair: Pair) ->
     assert await b.holder(lease) == "one" and await b.take_mark(flag) is False
     assert await a.release_unless_marked(lease, "one", flag) is False  # nothing more
     assert await b.holder(lease) is None
-    # Someone else's lease is never released by it.
+    # Someone else's lease is never released by it, and their mark is left to them.
     assert await b.acquire(lease, "two", LONG) is True
+    await b.mark(flag, LONG)
     assert await a.release_unless_marked(lease, "one", flag) is False
     assert await a.holder(lease) == "two"
+    assert await b.release_unless_marked(lease, "two", flag) is True  # the holder's work
 
 
 async def test_hit_counts_per_key_across_replicas(pair: Pair) -> None:

@@ -79,9 +79,10 @@ class Coordinator(Protocol):
         ...
 
     async def release_unless_marked(self, key: str, token: str, mark: str) -> bool:
-        """As one atomic step: if `mark` is set, take it and keep the lease (True: more work
-        came); otherwise release the lease if `token` still holds it (False). So a mark set
-        before the release is never left behind with nobody holding the lease."""
+        """As one atomic step, while `token` holds the lease: if `mark` is set, take it and
+        keep the lease (True: more work came); otherwise release the lease (False). So a
+        mark set before the release is never left behind with nobody holding the lease.
+        A lease that is no longer `token`'s gives False and leaves the mark to its holder."""
         ...
 
     async def holder(self, key: str) -> str | None:

@@ -150,6 +150,8 @@ class LocalCoordinator:
         return True, await self.take_mark(mark)
 
     async def release_unless_marked(self, key: str, token: str, mark: str) -> bool:
+        if await self.holder(key) != token:
+            return False  # not ours any more: the mark is left for the holder
         if await self.take_mark(mark):
             return True
         await self.release(key, token)

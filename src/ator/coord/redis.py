@@ -69,8 +69,9 @@ end
 return 1 + redis.call('DEL', KEYS[2])
 """
 _RELEASE_UNLESS_MARKED = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('DEL', KEYS[2]) == 1 then return 1 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('DEL', KEYS[1])
 return 0
 """
 _RELEASE = """
