@@ -16,7 +16,7 @@ from ator.coord.base import Coordinator
 from ator.coord.local import LocalCoordinator
 from ator.coord.redis import RedisCoordinator
 from ator.engine.publish import Publisher, want_deltas
-from ator.engine.wire import delta_channel
+from ator.engine.wire import DELTAS_WANTED_CHANNEL, delta_channel
 from ator.providers.base import TextDelta
 from ator.store.records import Event
 from ator.store.scope import Scope
@@ -125,3 +125,31 @@ async def test_a_listener_that_arrives_mid_turn_gets_the_rest_of_it(pair: Pair) 
         assert received == ["heard ", "last"]
     finally:
         await publisher.aclose()
+
+
+class Overtaken(Counting):
+    """A listener subscribes just after the first delta batch reached nobody, and its
+    announcement arrives before that publish's reply (two connections, no order)."""
+
+    async def publish(self, channel: str, message: str) -> int:
+        heard = await super().publish(channel, message)
+        if channel.startswith("deltas:") and self.published[channel] == 1:
+            await super().publish(DELTAS_WANTED_CHANNEL, channel.removeprefix("deltas:"))
+            await asyncio.sleep(0.01)  # the announcement is handled before this reply
+        return heard
+
+
+async def test_an_announcement_that_overtakes_the_publish_keeps_the_turn_loud() -> None:
+    coord = Overtaken()
+    publisher = Publisher(coord)
+    await publisher.start()
+    thread, turn = uuid.uuid4(), uuid.uuid4()
+    try:
+        for i in range(3):
+            await batch(publisher, thread, turn, f"t{i}")
+        # The overtaken first batch did not make the turn quiet: the second was published
+        # (and, reaching nobody with no announcement on its way, that one did).
+        assert coord.published[delta_channel(thread)] == 2
+    finally:
+        await publisher.aclose()
+        await coord.close()

@@ -65,6 +65,7 @@ class Publisher:
         self._unwatched: dict[UUID, str] = {}  # thread -> its turn whose deltas reach nobody
         self._interest: asyncio.Task[None] | None = None
         self._hearing = asyncio.Event()  # announcements of interest reach this replica
+        self._announcements = 0  # how many arrived (one may overtake a publish's reply)
 
     async def start(self) -> None:
         """Follow announcements of interest in deltas (see the module); returns once that
@@ -83,6 +84,7 @@ class Publisher:
             self._unwatched.clear()
 
     def _wanted(self, message: str) -> None:
+        self._announcements += 1
         try:
             self._unwatched.pop(UUID(message), None)
         except ValueError:
@@ -131,13 +133,16 @@ class Publisher:
         frames = self._pending.pop(thread_id, None)
         if not frames:
             return
+        announced = self._announcements
         try:
             heard = await self.coord.publish(
                 delta_channel(thread_id), jsonenc.dumps(frames))
         except Exception:  # ephemeral by contract: a lost delta batch is only logged
             log.warning("could not publish token deltas", exc_info=True)
             return
-        if not heard and self._hearing.is_set():  # only while interest can reach us
+        # Go quiet only while announcements can reach us, and not when one arrived while
+        # this publish was on its way (it may be for this thread, and is not seen again).
+        if not heard and self._hearing.is_set() and self._announcements == announced:
             self._unwatched[thread_id] = frames[-1]["turn_id"]
 
     async def aclose(self) -> None:
