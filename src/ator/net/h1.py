@@ -58,7 +58,6 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.lost = False  # the socket is gone
         self.error: Exception | None = None  # what broke the response being read
-        self.used = False  # has carried a request (a reused connection may be stale)
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
         self._writable: asyncio.Future[None] | None = None
@@ -286,7 +285,6 @@ class H1Transport(httpx2.AsyncBaseTransport):
     async def _exchange(self, conn: _Connection, request: httpx2.Request, head: bytes,
                         chunked: bool, timeouts: dict[str, float | None]) -> httpx2.Response:
         read_timeout = timeouts.get("read")
-        conn.used = True
         try:
             try:
                 await self._send(conn, request, head, chunked, timeouts.get("write"))
