@@ -3,7 +3,8 @@
 Database: with ATOR_DATABASE_URL set (CI sets it to the machine's server), a fresh database
 is created on that server for the session and dropped at the end; otherwise an embedded
 PostgreSQL is started in a temporary data dir. Redis: ATOR_TEST_REDIS_URL, default
-redis://127.0.0.1:6379/15.
+redis://127.0.0.1:6379/15. `pair`: two handles on one coordination backend, for tests that run
+against both coordinators.
 """
 
 from __future__ import annotations
@@ -20,13 +21,48 @@ from typing import Any
 
 import asyncpg
 import pytest
+import redis.asyncio
 from sqlalchemy.engine import make_url
 
 from ator import Ator, Scope, Settings
+from ator.coord import Coordinator, LocalCoordinator, RedisCoordinator
 from ator.providers.base import Provider
 from ator.store.records import Event
 
 REDIS_URL = os.environ.get("ATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+Pair = tuple[Coordinator, Coordinator]
+
+
+async def drop_keys(prefix: str) -> None:
+    raw = redis.asyncio.Redis.from_url(REDIS_URL)
+    try:
+        keys = [key async for key in raw.scan_iter(match=prefix + "*")]
+        if keys:
+            await raw.delete(*keys)
+    finally:
+        await raw.aclose()
+
+
+@pytest.fixture(params=["local", pytest.param("redis", marks=pytest.mark.redis)])
+async def pair(request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
+    """Two handles on one coordination backend: for Redis two RedisCoordinator instances
+    (two replicas) sharing a random key prefix, dropped afterwards; for the local one the
+    same object twice, since one process has one coordinator."""
+    if request.param == "local":
+        local = LocalCoordinator()
+        yield local, local
+        await local.close()
+        return
+    prefix = f"ator-test:{uuid.uuid4().hex}:"
+    first = RedisCoordinator(REDIS_URL, prefix=prefix)
+    second = RedisCoordinator(REDIS_URL, prefix=prefix)
+    try:
+        yield first, second
+    finally:
+        await first.close()
+        await second.close()
+        await drop_keys(prefix)
 
 
 def _plain(url: str) -> str:

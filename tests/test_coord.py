@@ -10,9 +10,8 @@ Waiting is bounded: expiry is observed by polling with a deadline, never by a fi
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -28,42 +27,15 @@ from ator.coord import (
     coordinator_from_url,
 )
 from ator.errors import ConfigError, CoordinationError
+from tests.conftest import REDIS_URL, Pair, drop_keys
 
-REDIS_URL = os.environ.get("ATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 UNREACHABLE = "redis://127.0.0.1:1/0"
 DEADLINE = 5.0
 SHORT = 0.2  # a ttl/window short enough to watch expire
 LONG = 60.0
 
-Pair = tuple[Coordinator, Coordinator]
 
 
-async def _drop_keys(prefix: str) -> None:
-    raw = redis.asyncio.Redis.from_url(REDIS_URL)
-    try:
-        keys = [key async for key in raw.scan_iter(match=prefix + "*")]
-        if keys:
-            await raw.delete(*keys)
-    finally:
-        await raw.aclose()
-
-
-@pytest.fixture(params=["local", pytest.param("redis", marks=pytest.mark.redis)])
-async def pair(request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
-    if request.param == "local":
-        local = LocalCoordinator()
-        yield local, local
-        await local.close()
-        return
-    prefix = f"ator-test:{uuid.uuid4().hex}:"
-    first = RedisCoordinator(REDIS_URL, prefix=prefix)
-    second = RedisCoordinator(REDIS_URL, prefix=prefix)
-    try:
-        yield first, second
-    finally:
-        await first.close()
-        await second.close()
-        await _drop_keys(prefix)
 
 
 def key() -> str:
@@ -360,7 +332,7 @@ async def test_redis_leaves_no_key_without_expiry() -> None:
     finally:
         await raw.aclose()
         await coord.close()
-        await _drop_keys(prefix)
+        await drop_keys(prefix)
 
 
 # -- marks and counters ---------------------------------------------------------------------
@@ -582,4 +554,4 @@ async def test_an_exhausted_request_pool_waits_boundedly_and_never_starves_coord
     finally:
         await pool.release(held)
         await coord.close()
-        await _drop_keys(prefix)
+        await drop_keys(prefix)

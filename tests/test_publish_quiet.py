@@ -8,21 +8,17 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-
-import pytest
 
 from ator.coord.base import Coordinator
 from ator.coord.local import LocalCoordinator
-from ator.coord.redis import RedisCoordinator
 from ator.engine.publish import Publisher, want_deltas
 from ator.engine.wire import DELTAS_WANTED_CHANNEL, delta_channel
 from ator.providers.base import TextDelta
 from ator.store.records import Event
 from ator.store.scope import Scope
-from tests.conftest import REDIS_URL
-
-Pair = tuple[Coordinator, Coordinator]
+from tests.conftest import Pair
 
 
 class Counting(LocalCoordinator):
@@ -38,27 +34,23 @@ class Counting(LocalCoordinator):
         return await super().publish(channel, message)
 
 
-@pytest.fixture(params=["local", pytest.param("redis", marks=pytest.mark.redis)])
-async def pair(request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
-    """Two views of one coordination space: the turn's replica and a listener's."""
-    if request.param == "local":
-        local = LocalCoordinator()
-        yield local, local
-        await local.close()
-        return
-    prefix = f"ator-test:{uuid.uuid4().hex}:"
-    first = RedisCoordinator(REDIS_URL, prefix=prefix)
-    second = RedisCoordinator(REDIS_URL, prefix=prefix)
-    try:
-        yield first, second
-    finally:
-        await first.close()
-        await second.close()
-
-
 async def batch(publisher: Publisher, thread: uuid.UUID, turn: uuid.UUID, text: str) -> None:
     publisher.delta(thread, turn, TextDelta(text))
     await asyncio.sleep(0.06)  # past the coalescing window: the batch is flushed
+
+
+@asynccontextmanager
+async def publishing(coord: Coordinator, *, start: bool = True) -> AsyncIterator[Publisher]:
+    """A publisher on `coord` (started: following announcements of interest); both closed
+    afterwards."""
+    publisher = Publisher(coord)
+    if start:
+        await publisher.start()
+    try:
+        yield publisher
+    finally:
+        await publisher.aclose()
+        await coord.close()
 
 
 def ended(turn: uuid.UUID) -> Event:
@@ -67,10 +59,8 @@ def ended(turn: uuid.UUID) -> Event:
 
 async def test_a_turn_nobody_watches_publishes_one_delta_batch_then_goes_quiet() -> None:
     coord = Counting()
-    publisher = Publisher(coord)
-    await publisher.start()
     thread, turn = uuid.uuid4(), uuid.uuid4()
-    try:
+    async with publishing(coord) as publisher:
         for i in range(5):
             await batch(publisher, thread, turn, f"t{i}")
         assert coord.published[delta_channel(thread)] == 1  # the probe; then nothing
@@ -78,22 +68,16 @@ async def test_a_turn_nobody_watches_publishes_one_delta_batch_then_goes_quiet()
         await publisher.events(Scope(uuid.uuid4()), thread, [ended(turn)])
         await batch(publisher, thread, uuid.uuid4(), "next")
         assert coord.published[delta_channel(thread)] == 2
-    finally:
-        await publisher.aclose()
-        await coord.close()
 
 
 async def test_without_the_interest_subscription_every_batch_is_published() -> None:
     coord = Counting()
-    publisher = Publisher(coord)  # never started: announcements could not reach it
     thread, turn = uuid.uuid4(), uuid.uuid4()
-    try:
+    # Never started: announcements of interest could not reach it.
+    async with publishing(coord, start=False) as publisher:
         for i in range(3):
             await batch(publisher, thread, turn, f"t{i}")
         assert coord.published[delta_channel(thread)] == 3
-    finally:
-        await publisher.aclose()
-        await coord.close()
 
 
 async def test_a_listener_that_arrives_mid_turn_gets_the_rest_of_it(pair: Pair) -> None:
@@ -141,15 +125,10 @@ class Overtaken(Counting):
 
 async def test_an_announcement_that_overtakes_the_publish_keeps_the_turn_loud() -> None:
     coord = Overtaken()
-    publisher = Publisher(coord)
-    await publisher.start()
     thread, turn = uuid.uuid4(), uuid.uuid4()
-    try:
+    async with publishing(coord) as publisher:
         for i in range(3):
             await batch(publisher, thread, turn, f"t{i}")
         # The overtaken first batch did not make the turn quiet: the second was published
         # (and, reaching nobody with no announcement on its way, that one did).
         assert coord.published[delta_channel(thread)] == 2
-    finally:
-        await publisher.aclose()
-        await coord.close()
