@@ -1,5 +1,5 @@
 """What a model call was sent, as the inspector records it, and how two calls differ
-(layer: agent; imports jsonenc, providers.base, providers.breakpoints, providers.size,
+(layer: agent; imports jsonenc, memo, providers.base, providers.breakpoints, providers.size,
 usage).
 
 `describe` runs before every call (the loop stores the result with the call, in
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ator import jsonenc
+from ator.memo import ByIdentity
 from ator.providers.base import ModelRequest, ToolSpec
 from ator.providers.breakpoints import plan_breakpoints
 from ator.providers.size import request_bytes
@@ -34,22 +34,18 @@ def _hash(value: Any) -> str:
 
 # A turn's tool specs are the same objects call after call (toolsets keep them): their
 # records are kept by spec, so a call hashes only what is new.
-_TOOLS: OrderedDict[int, tuple[ToolSpec, dict[str, Any]]] = OrderedDict()
-_TOOLS_MAX = 1024
+_TOOLS: ByIdentity[ToolSpec, dict[str, Any]] = ByIdentity(1024)
+
+
+def _record(spec: ToolSpec) -> dict[str, Any]:
+    wire = {"name": spec.name, "description": spec.description,
+            "input_schema": spec.input_schema}
+    return {"name": spec.name, "origin": spec.origin, "on_demand": spec.on_demand,
+            "chars": len(json.dumps(wire, separators=(",", ":"))), "hash": _hash(wire)}
 
 
 def _tool(spec: ToolSpec) -> dict[str, Any]:
-    seen = _TOOLS.get(id(spec))
-    if seen is not None and seen[0] is spec:
-        return dict(seen[1])
-    wire = {"name": spec.name, "description": spec.description,
-            "input_schema": spec.input_schema}
-    record = {"name": spec.name, "origin": spec.origin, "on_demand": spec.on_demand,
-              "chars": len(json.dumps(wire, separators=(",", ":"))), "hash": _hash(wire)}
-    _TOOLS[id(spec)] = (spec, record)
-    if len(_TOOLS) > _TOOLS_MAX:
-        _TOOLS.popitem(last=False)
-    return dict(record)
+    return dict(_TOOLS.get(spec, _record))
 
 
 def describe(request: ModelRequest, layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Estimating a request's size in tokens from its bytes (layer: providers; imports
-providers.base, jsonenc, usage).
+providers.base, jsonenc, memo, usage).
 
 One constant (`ator.usage.CHARS_PER_TOKEN`), shared by everything that estimates (the
 budget's worst case, compaction, a cut-short call's output): tokens ≈ bytes of the serialized
@@ -13,9 +13,9 @@ call cut short all measure with it, and a request is measured once, whoever asks
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
 
 from ator import jsonenc
+from ator.memo import ByIdentity
 from ator.providers.base import ModelRequest, ToolSpec
 from ator.usage import estimate_tokens
 
@@ -56,22 +56,13 @@ def _json_bytes(value: object) -> int:
     return jsonenc.size(value)
 
 
-_TOOLS: OrderedDict[int, tuple[ToolSpec, int]] = OrderedDict()
-_TOOLS_MAX = 4096
+_TOOLS: ByIdentity[ToolSpec, int] = ByIdentity(4096)
 
 
 def _tool_bytes(spec: ToolSpec) -> int:
-    """What the wire carries of a tool (name, description, schema), in bytes; kept per spec
-    (held with its entry, so an id is never taken for another's)."""
-    seen = _TOOLS.get(id(spec))
-    if seen is not None and seen[0] is spec:
-        return seen[1]
-    size = _json_bytes({"name": spec.name, "description": spec.description,
-                        "input_schema": spec.input_schema})
-    _TOOLS[id(spec)] = (spec, size)
-    if len(_TOOLS) > _TOOLS_MAX:
-        _TOOLS.popitem(last=False)
-    return size
+    """What the wire carries of a tool (name, description, schema), in bytes; once per spec."""
+    return _TOOLS.get(spec, lambda s: _json_bytes(
+        {"name": s.name, "description": s.description, "input_schema": s.input_schema}))
 
 
 def request_tokens(request: ModelRequest) -> int:

@@ -1,5 +1,5 @@
 """The tools mounted for one step, and running them (layer: tools; imports jsonschema,
-ator.tools.base, ator.errors).
+ator.tools.base, ator.errors, ator.memo).
 
 `ToolRegistry.run_all` validates every call's input against its schema (an invalid input
 becomes an `is_error` result carrying the validation message, never a silent `{}`), runs the
@@ -14,13 +14,14 @@ import asyncio
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from ator.errors import ConfigError
+from ator.memo import ByIdentity
 from ator.providers.base import ToolSpec
 from ator.tools.base import Tool, ToolCall, ToolContext, ToolOutcome, ToolResult
 
@@ -49,28 +50,13 @@ _VALIDATORS_MAX = 4096
 
 # Long-lived tools (a process's native tools, a server's mounted MCP tools) come back as the
 # same objects turn after turn: their validator and spec are kept by the tool itself, so a
-# turn does not serialize every schema again to find them. The tool is held with its entry,
-# so an id is never taken for another object's.
-_BY_TOOL: OrderedDict[tuple[int, Hashable], tuple[Tool, Any]] = OrderedDict()
-_BY_TOOL_MAX = 4096
-
-
-def _per_tool(tool: Tool, slot: Hashable, make: Callable[[], Any]) -> Any:
-    key = (id(tool), slot)
-    found = _BY_TOOL.get(key)
-    if found is not None and found[0] is tool:
-        _BY_TOOL.move_to_end(key)
-        return found[1]
-    value = make()
-    _BY_TOOL[key] = (tool, value)
-    while len(_BY_TOOL) > _BY_TOOL_MAX:
-        _BY_TOOL.popitem(last=False)
-    return value
+# turn does not serialize every schema again to find them.
+_BY_TOOL: ByIdentity[Tool, Any] = ByIdentity(4096)
 
 
 def _validator(tool: Tool) -> Draft202012Validator:
     """The compiled validator of a tool's schema; ConfigError for an invalid schema."""
-    validator: Draft202012Validator = _per_tool(tool, "validator", lambda: _compile(tool))
+    validator: Draft202012Validator = _BY_TOOL.get(tool, _compile, "validator")
     return validator
 
 
@@ -126,10 +112,10 @@ class ToolRegistry:
 
     @staticmethod
     def _spec(tool: Tool, description_limit: int) -> ToolSpec:
-        def make() -> ToolSpec:
-            return tool.spec(truncate(tool.description, description_limit)[0])
+        def make(t: Tool) -> ToolSpec:
+            return t.spec(truncate(t.description, description_limit)[0])
 
-        spec: ToolSpec = _per_tool(tool, ("spec", description_limit), make)
+        spec: ToolSpec = _BY_TOOL.get(tool, make, ("spec", description_limit))
         return spec
 
     def validate(self, call: ToolCall) -> str | None:

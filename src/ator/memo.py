@@ -1,0 +1,40 @@
+"""Remembering what was computed from a long-lived object, by its identity (layer: bottom;
+imports nothing of ator).
+
+Tools, their specs and similar values are built once and come back as the same objects turn
+after turn, but they hold dicts, so they cannot be dictionary keys. `ByIdentity` keys on
+`id(obj)` and a slot name, keeps `obj` itself with the entry (so an id is never taken for
+another object's while it is remembered) and forgets the least recently used past `size`.
+What is remembered must not depend on anything that changes in `obj`: use it for frozen
+values only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+__all__ = ["ByIdentity"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class ByIdentity(Generic[K, V]):
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: OrderedDict[tuple[int, Hashable], tuple[K, V]] = OrderedDict()
+
+    def get(self, obj: K, make: Callable[[K], V], slot: Hashable = None) -> V:
+        """`make(obj)`, computed once per object (and slot) while remembered."""
+        key = (id(obj), slot)
+        found = self._entries.get(key)
+        if found is not None and found[0] is obj:
+            self._entries.move_to_end(key)
+            return found[1]
+        value = make(obj)
+        self._entries[key] = (obj, value)
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+        return value

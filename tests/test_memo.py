@@ -1,0 +1,34 @@
+"""ator.memo.ByIdentity: once per object and slot, never another object's value."""
+
+from __future__ import annotations
+
+from ator.memo import ByIdentity
+
+
+class Spec:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.schema = {"type": "object"}  # unhashable, like a tool's
+
+
+def test_computed_once_per_object_and_slot_and_bounded() -> None:
+    calls: list[str] = []
+    memo: ByIdentity[Spec, str] = ByIdentity(2)
+
+    def make(s: Spec) -> str:
+        calls.append(s.name)
+        return s.name.upper()
+
+    a, b, c = Spec("a"), Spec("b"), Spec("c")
+    assert [memo.get(a, make), memo.get(a, make), memo.get(a, make, "other")] == ["A"] * 3
+    assert calls == ["a", "a"]  # once per slot
+    memo.get(b, make)
+    memo.get(c, make)  # past the size: the least recently used (a's) go
+    assert memo.get(a, make) == "A" and calls.count("a") == 3
+
+
+def test_an_object_equal_to_a_remembered_one_is_not_taken_for_it() -> None:
+    memo: ByIdentity[Spec, str] = ByIdentity(8)
+    first = Spec("x")
+    assert memo.get(first, lambda s: "first") == "first"
+    assert memo.get(Spec("x"), lambda s: "second") == "second"
