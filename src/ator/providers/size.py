@@ -39,9 +39,9 @@ def request_bytes(request: ModelRequest) -> int:
     # tool's part is measured once per spec (the same objects call after call).
     tools = request.tools
     size = (len('{"system":,"tools":[],"messages":}')
-            + _json_bytes([b.text for b in request.system])
+            + jsonenc.size([b.text for b in request.system])
             + sum(_tool_bytes(t) for t in tools) + max(0, len(tools) - 1)
-            + _json_bytes(request.messages))
+            + jsonenc.size(request.messages))
     key = id(request)
 
     def forget(ref: weakref.ref[ModelRequest]) -> None:
@@ -52,16 +52,12 @@ def request_bytes(request: ModelRequest) -> int:
     return size
 
 
-def _json_bytes(value: object) -> int:
-    return jsonenc.size(value)
-
-
 _TOOLS: ByIdentity[ToolSpec, int] = ByIdentity(4096)
 
 
 def _tool_bytes(spec: ToolSpec) -> int:
     """What the wire carries of a tool (name, description, schema), in bytes; once per spec."""
-    return _TOOLS.get(spec, lambda s: _json_bytes(
+    return _TOOLS.get(spec, lambda s: jsonenc.size(
         {"name": s.name, "description": s.description, "input_schema": s.input_schema}))
 
 
