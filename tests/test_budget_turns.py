@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from ator import Ator, Scope
 from ator.providers.base import MessageStop, ModelRequest, StreamEvent, TextDelta, Usage
 from ator.providers.size import request_tokens
+from ator.store import ledger
 from ator.store.schema import org_usage, turns
 from tests.conftest import ended, wait_for_event
 
@@ -119,3 +120,36 @@ async def test_a_stalled_call_records_the_tokens_and_usd_it_consumed(make_ator) 
     reason, turn = await _cut_short(make_ator, {"stall_timeout": 0.3}, stop=False)
     assert reason == "stalled"
     assert turn.output_tokens > 0 and turn.cost_usd > 0  # type: ignore[attr-defined]
+
+
+async def test_a_turn_cut_while_its_reservation_commits_gives_it_back_at_its_end(
+    make_ator, monkeypatch
+) -> None:
+    """The turn's timeout lands after the reservation committed but before the gate saw the
+    answer (a busy loop): the turn's end still releases it, without waiting for a sweep."""
+    real = ledger.reserve
+    answered = asyncio.Event()
+
+    async def committed_then_slow(*args: object, **kwargs: object) -> ledger.Reservation:
+        held = await real(*args, **kwargs)  # type: ignore[arg-type]
+        await asyncio.sleep(1.0)  # the loop is slow to hand the answer back
+        answered.set()
+        return held
+
+    monkeypatch.setattr(ledger, "reserve", committed_then_slow)
+    provider = Trickle()
+    async with make_ator(providers={"t": provider}) as ator:
+        org = await ator.create_org("cut-mid-reserve", monthly_budget_usd=Decimal("5"))
+        scope = Scope(org.id)
+        setup = await ator.create_setup(scope, name="s", provider="t", model=MODEL,
+                                        config={"caps": {"turn_timeout": 0.3}})
+        thread = await ator.create_thread(scope, setup.id)
+        await ator.submit(scope, thread.id, "go")
+        end = await wait_for_event(ator, scope, thread.id, ended, timeout=20)
+        spent, reserved = await _spend(ator, scope)
+        held = await ator.db.read(sa.select(turns.c.reserved_usd)
+                                  .where(turns.c.id == end.turn_id))
+    assert end.data["stop_reason"] == "timeout"
+    assert not provider.streaming.is_set()  # the model was never called
+    assert reserved == 0 and held[0][0] == 0 and spent == 0
+    assert answered.is_set()  # the gate waited for the reservation's outcome

@@ -9,10 +9,16 @@ ends the turn with `budget` before any money is spent. The step write that recor
 settles the reservation to the real cost (the step writer releases `state.reserved_usd`).
 A model with no price cannot be reserved for: with `fail_closed` (the default) a budgeted
 org refuses it. An org without a limit costs no statement here.
+
+A turn cut while its reservation is in flight (the turn's timeout, a stop) still learns
+whether the reservation committed, so the turn's end gives it back at once instead of
+leaving it held until the reaper's sweep.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from decimal import Decimal
 
 from ator.agent.hooks import LoopHook, StopTurn
@@ -49,7 +55,17 @@ class BudgetGate(LoopHook):
                 raise StopTurn("budget", "the model has no price, so spend against the "
                                          "budget cannot be measured")
             return request
-        held = await ledger.reserve(self.db, Scope(turn.org_id), turn.turn_id, worst)
+        pending = asyncio.ensure_future(
+            ledger.reserve(self.db, Scope(turn.org_id), turn.turn_id, worst))
+        try:
+            held = await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            # The statement may commit after the cut: wait for its outcome so the turn's
+            # end releases what it holds (a failure here is the sweep's to clean up).
+            with contextlib.suppress(Exception):
+                if (await pending).held:
+                    state.reserved_usd = worst
+            raise
         if not held.held:
             raise StopTurn("budget", held.refusal(worst))
         state.reserved_usd = worst
