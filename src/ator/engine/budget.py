@@ -1,5 +1,5 @@
 """The org's budget as a loop hook: every model call reserves its worst case first (layer:
-engine; imports agent, providers.size, cost, store).
+engine; imports agent, providers.size, cost, store, whole).
 
 Before each call, for an org with a limit (its own monthly budget, or the operator's
 ceiling, whichever is lower), the gate estimates the request's input tokens and reserves
@@ -11,14 +11,12 @@ A model with no price cannot be reserved for: with `fail_closed` (the default) a
 org refuses it. An org without a limit costs no statement here.
 
 A turn cut while its reservation is in flight (the turn's timeout, a stop) still learns
-whether the reservation committed, so the turn's end gives it back at once instead of
-leaving it held until the reaper's sweep.
+whether the reservation committed (ator.whole), so the turn's end gives it back at once
+instead of leaving it held until the reaper's sweep.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from decimal import Decimal
 
 from ator.agent.hooks import LoopHook, StopTurn
@@ -30,6 +28,7 @@ from ator.providers.size import request_tokens
 from ator.store import ledger
 from ator.store.database import Database
 from ator.store.scope import Scope
+from ator.whole import whole
 
 __all__ = ["BudgetGate"]
 
@@ -55,18 +54,14 @@ class BudgetGate(LoopHook):
                 raise StopTurn("budget", "the model has no price, so spend against the "
                                          "budget cannot be measured")
             return request
-        pending = asyncio.ensure_future(
-            ledger.reserve(self.db, Scope(turn.org_id), turn.turn_id, worst))
-        try:
-            held = await asyncio.shield(pending)
-        except asyncio.CancelledError:
-            # The statement may commit after the cut: wait for its outcome so the turn's
-            # end releases what it holds (a failure here is the sweep's to clean up).
-            with contextlib.suppress(Exception):
-                if (await pending).held:
-                    state.reserved_usd = worst
-            raise
+
+        async def reserve() -> ledger.Reservation:
+            held = await ledger.reserve(self.db, Scope(turn.org_id), turn.turn_id, worst)
+            if held.held:
+                state.reserved_usd = worst  # what the turn's end gives back if not billed
+            return held
+
+        held = await whole(reserve())
         if not held.held:
             raise StopTurn("budget", held.refusal(worst))
-        state.reserved_usd = worst
         return request
