@@ -7,14 +7,18 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from decimal import Decimal
+from typing import Any
 
 import sqlalchemy as sa
 
 from ator import Ator, Scope
 from ator.providers.base import MessageStop, ModelRequest, StreamEvent, TextDelta, Usage
+from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.providers.size import request_tokens
 from ator.store import ledger
-from ator.store.schema import org_usage, turns
+from ator.store import turns as turn_store
+from ator.store.schema import model_calls, org_usage, turns
+from ator.tools.base import Tool, ToolContext
 from tests.conftest import ended, wait_for_event
 
 MODEL = "claude-haiku-4-5"
@@ -153,3 +157,45 @@ async def test_a_turn_cut_while_its_reservation_commits_gives_it_back_at_its_end
     assert not provider.streaming.is_set()  # the model was never called
     assert reserved == 0 and held[0][0] == 0 and spent == 0
     assert answered.is_set()  # the gate waited for the reservation's outcome
+
+
+async def _ping(args: dict[str, object], ctx: ToolContext) -> str:
+    return "pong"
+
+
+async def test_a_turn_cut_before_its_billed_step_is_written_still_writes_and_bills_it(
+    make_ator, monkeypatch
+) -> None:
+    """The turn's timeout lands while the step that bills a model call is on its way to the
+    database: the write goes through first, so the call is billed (not lost with the cut)
+    and its reservation settled."""
+    real = turn_store.write_step
+    delayed = asyncio.Event()
+
+    async def slow_to_send(*args: Any, **kwargs: Any) -> turn_store.StepWrite:
+        if not delayed.is_set() and any(isinstance(p, turn_store.Billed)
+                                        for p in kwargs["parts"]):
+            delayed.set()
+            await asyncio.sleep(1.0)  # the statement has not gone out when the cut lands
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(turn_store, "write_step", slow_to_send)
+    provider = ScriptedProvider([ScriptStep(tool_calls=[("ping", {})]), ScriptStep(text="done")])
+    ping = Tool("ping", "Answers pong.", {"type": "object", "properties": {}}, _ping)
+    async with make_ator(providers={"s": provider}, tools=[ping]) as ator:
+        org = await ator.create_org("cut-mid-write", monthly_budget_usd=Decimal("5"))
+        scope = Scope(org.id)
+        setup = await ator.create_setup(scope, name="s", provider="s", model=MODEL,
+                                        config={"caps": {"turn_timeout": 0.5}})
+        thread = await ator.create_thread(scope, setup.id)
+        await ator.submit(scope, thread.id, "go")
+        end = await wait_for_event(ator, scope, thread.id, ended, timeout=20)
+        turn = await ator.turn(scope, end.turn_id)
+        calls = await ator.db.read(sa.select(model_calls.c.cost_usd)
+                                   .where(model_calls.c.turn_id == end.turn_id))
+        spent, reserved = await _spend(ator, scope)
+        kinds = [e.kind for e in await ator.events(scope, thread.id)]
+    assert delayed.is_set() and end.data["stop_reason"] == "timeout"
+    assert len(calls) == 1 and calls[0][0] > 0  # the first call, billed
+    assert turn.cost_usd == calls[0][0] == spent and reserved == 0
+    assert kinds[-3:] == ["assistant", "tool_results", "turn_ended"]

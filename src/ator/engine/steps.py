@@ -1,11 +1,12 @@
 """The step writer: every persisted transition of a turn, one statement each (layer: engine;
-imports agent, store, engine.publish, obs, outcome).
+imports agent, store, engine.publish, obs, outcome, whole).
 
 The loop reports to a `StepWriter` (it implements the loop's `StepSink`). Each transition —
 a model reply, a batch of tool results, injected notifications, a compaction summary with
 its billed call, the turn's end, a reply cut short — is one `write_step` composed from parts
 (events, a billed model call, the snapshot, the end, and whatever a feature adds),
-committed, then announced.
+committed, then announced. A cut of the turn (its timeout, a stop) never lands inside a
+write: the write, its bookkeeping and its announcement finish first (ator.whole).
 
 A feature that must act when a turn ends (a subagent pushing its result to its parent)
 is a `TurnEnd`: its `parts` join the final write's statement (same transaction as the
@@ -39,6 +40,7 @@ from ator.store import turns as turn_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 from ator.tools.base import ToolOutcome
+from ator.whole import whole
 
 __all__ = ["StepWriter", "TurnEnd", "TurnLost"]
 
@@ -245,6 +247,17 @@ class StepWriter:
                 parts.extend(end.parts(self._turn, self._state, finish))
         if self._snapshot is not None:
             parts.append(self._snapshot)
+        # A cut (the turn's timeout, a stop) waits for the write and what follows it: the
+        # caller's state then matches what committed, and what committed is announced.
+        return await whole(self._commit(items, parts, billed, finish))
+
+    async def _commit(
+        self,
+        items: list[Item],
+        parts: list[turn_store.StepPart],
+        billed: turn_store.ModelCallRow | None,
+        finish: turn_store.Finished | None,
+    ) -> list[Any]:
         t = self._turn
         result = await turn_store.write_step(self._db, self._scope, t.thread_id, t.turn_id,
                                              items, steps=self._state.steps, parts=parts)
