@@ -137,15 +137,21 @@ async def test_a_lost_turn_gives_its_reservation_back_once(make_ator) -> None:
         assert (await ledger.reserve(ator.db, scope, lost, Decimal("0.30"))).held
         assert (await ledger.reserve(ator.db, scope, alive, Decimal("0.20"))).held
         await _close(ator, lost)  # the reaper closed it: its owner died mid-call
-        released = await ledger.release_closed(ator.db)
-        assert released.turns >= 1 and released.usd >= Decimal("0.30")
+        # This sweep or the test engine's own reaper (every 0.5 s, skipped rows are left to
+        # the other) releases it: the figure to check is the month's, not which sweep did it.
+        for _ in range(40):
+            await ledger.release_closed(ator.db)
+            if await _month(ator, scope) == (Decimal(0), Decimal("0.20")):
+                break
+            await asyncio.sleep(0.05)
         assert await _month(ator, scope) == (Decimal(0), Decimal("0.20"))
         # The dead owner's late step write records what was spent but releases nothing
         # again: the running turn's reservation stays held.
         await ledger.settle(ator.db, scope, lost, cost_usd=Decimal("0.25"),
                             released_usd=Decimal("0.30"))
         assert await _month(ator, scope) == (Decimal("0.25"), Decimal("0.20"))
-        assert (await ledger.release_closed(ator.db)).turns == 0
+        await ledger.release_closed(ator.db)
+        assert await _month(ator, scope) == (Decimal("0.25"), Decimal("0.20"))
         assert await _held_by_turns(ator, scope) == Decimal("0.20")
 
 
