@@ -522,16 +522,22 @@ class WireFake:
     ) -> None:
         # The client sends nothing more on this connection while it waits for our response, so
         # the next read returns only at EOF: the client closed, or the fake is being stopped.
+        # A client that closes with our bytes still unread in its buffer (keepalives piled up
+        # on a busy machine) resets the connection instead: the read raises, and that is the
+        # client gone too.
         while True:
-            if writer is None or keepalive_every is None:
-                data = await reader.read(65536)
-            else:
-                try:
-                    async with asyncio.timeout(keepalive_every):
-                        data = await reader.read(65536)
-                except TimeoutError:
-                    await self._send_chunk(writer, self.keepalive_event(request), request)
-                    continue
+            try:
+                if writer is None or keepalive_every is None:
+                    data = await reader.read(65536)
+                else:
+                    try:
+                        async with asyncio.timeout(keepalive_every):
+                            data = await reader.read(65536)
+                    except TimeoutError:
+                        await self._send_chunk(writer, self.keepalive_event(request), request)
+                        continue
+            except ConnectionError:
+                data = b""
             if not data:
                 break
         if not self._stopping:
