@@ -87,16 +87,22 @@ class Trickle:
         yield MessageStop("end_turn", Usage(), request.model)  # never reached
 
 
+async def _submit_one(ator: Ator, provider: str, caps: dict[str, float]) -> tuple[Scope, Any]:
+    """A new org with a $5 budget, and one thread of it sent "go" (a setup on `provider`
+    with `caps`); returns the org's scope and the thread."""
+    org = await ator.create_org(f"o-{uuid.uuid4().hex[:6]}", monthly_budget_usd=Decimal("5"))
+    scope = Scope(org.id)
+    setup = await ator.create_setup(scope, name="s", provider=provider, model=MODEL,
+                                    config={"caps": caps})
+    thread = await ator.create_thread(scope, setup.id)
+    await ator.submit(scope, thread.id, "go")
+    return scope, thread
+
+
 async def _cut_short(make_ator, caps: dict[str, float], stop: bool) -> tuple[object, object]:
     provider = Trickle()
     async with make_ator(providers={"t": provider}) as ator:
-        org = await ator.create_org(f"o-{uuid.uuid4().hex[:6]}",
-                                    monthly_budget_usd=Decimal("5"))
-        scope = Scope(org.id)
-        setup = await ator.create_setup(scope, name="s", provider="t", model=MODEL,
-                                        config={"caps": caps})
-        thread = await ator.create_thread(scope, setup.id)
-        await ator.submit(scope, thread.id, "go")
+        scope, thread = await _submit_one(ator, "t", caps)
         if stop:
             await asyncio.wait_for(provider.streaming.wait(), 10)
             await ator.stop(scope, thread.id)
@@ -143,12 +149,7 @@ async def test_a_turn_cut_while_its_reservation_commits_gives_it_back_at_its_end
     monkeypatch.setattr(ledger, "reserve", committed_then_slow)
     provider = Trickle()
     async with make_ator(providers={"t": provider}) as ator:
-        org = await ator.create_org("cut-mid-reserve", monthly_budget_usd=Decimal("5"))
-        scope = Scope(org.id)
-        setup = await ator.create_setup(scope, name="s", provider="t", model=MODEL,
-                                        config={"caps": {"turn_timeout": 0.3}})
-        thread = await ator.create_thread(scope, setup.id)
-        await ator.submit(scope, thread.id, "go")
+        scope, thread = await _submit_one(ator, "t", {"turn_timeout": 0.3})
         end = await wait_for_event(ator, scope, thread.id, ended, timeout=20)
         spent, reserved = await _spend(ator, scope)
         held = await ator.db.read(sa.select(turns.c.reserved_usd)
@@ -183,12 +184,7 @@ async def test_a_turn_cut_before_its_billed_step_is_written_still_writes_and_bil
     provider = ScriptedProvider([ScriptStep(tool_calls=[("ping", {})]), ScriptStep(text="done")])
     ping = Tool("ping", "Answers pong.", {"type": "object", "properties": {}}, _ping)
     async with make_ator(providers={"s": provider}, tools=[ping]) as ator:
-        org = await ator.create_org("cut-mid-write", monthly_budget_usd=Decimal("5"))
-        scope = Scope(org.id)
-        setup = await ator.create_setup(scope, name="s", provider="s", model=MODEL,
-                                        config={"caps": {"turn_timeout": 0.5}})
-        thread = await ator.create_thread(scope, setup.id)
-        await ator.submit(scope, thread.id, "go")
+        scope, thread = await _submit_one(ator, "s", {"turn_timeout": 0.5})
         end = await wait_for_event(ator, scope, thread.id, ended, timeout=20)
         turn = await ator.turn(scope, end.turn_id)
         calls = await ator.db.read(sa.select(model_calls.c.cost_usd)
