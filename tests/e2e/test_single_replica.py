@@ -6,12 +6,15 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.client import Client, script_setup
-from tests.e2e.conftest import DeploymentFactory
+from tests.e2e.conftest import DatabaseFactory, DeploymentFactory
+from tests.e2e.replica import Replica, StartupFailed, bootstrap_key, master_key
 
 pytestmark = pytest.mark.e2e
 
@@ -163,3 +166,25 @@ async def test_errors_are_problem_json_with_a_stable_code(api: Client) -> None:
     # answered 500, when the route took any string).
     odd = await api.request("DELETE", "/v1/secrets/a%00b")
     assert (odd.status_code, odd.json()["code"]) == (422, "validation_failed")
+
+
+async def test_a_malformed_bootstrap_key_stops_the_start_and_leaves_no_key_behind(
+    databases: DatabaseFactory, tmp_path: Path
+) -> None:
+    """A start refused for a malformed ATOR_BOOTSTRAP_KEY writes no operator key: a key made
+    and then refused was never shown to anyone, and kept the corrected key from applying."""
+    env = {"ATOR_DATABASE_URL": await databases(), "ATOR_MASTER_KEY": master_key(),
+           "ATOR_DATA_DIR": str(tmp_path / "data"), "ATOR_BOOTSTRAP_KEY": "ator_not-a-key"}
+    refused = Replica.launch("refused", tmp_path, env)
+    with pytest.raises(StartupFailed):
+        refused.wait_ready()
+    refused.stop()
+    assert "ATOR_BOOTSTRAP_KEY must look like" in refused.log()
+    key = bootstrap_key()
+    fixed = Replica.start("fixed", tmp_path, {**env, "ATOR_BOOTSTRAP_KEY": key})
+    try:
+        async with httpx.AsyncClient(base_url=fixed.url) as http:
+            answer = await http.get("/v1/orgs", headers={"Authorization": f"Bearer {key}"})
+        assert answer.status_code == 200, answer.text
+    finally:
+        fixed.stop()

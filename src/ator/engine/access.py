@@ -163,6 +163,12 @@ class Access:
         """On a database with no API key: create the operator org, an admin and a key.
         Returns (key, preset) - preset when it is ATOR_BOOTSTRAP_KEY, which the caller must
         not print - or None if keys exist already."""
+        preset = self._settings.bootstrap_key
+        wanted = preset.get_secret_value() if preset is not None else None
+        # Checked before anything is written: a key created and then refused would leave the
+        # operator with a key nobody saw, and keep a corrected preset from ever applying.
+        if wanted is not None and parse_prefix(wanted) is None:
+            raise ValueError("ATOR_BOOTSTRAP_KEY must look like ator_<8 hex>_<secret>")
         async with self._db.advisory_lock(_BOOTSTRAP_LOCK):
             if await key_store.any_key_exists(self._db):
                 return None
@@ -172,12 +178,8 @@ class Access:
             user_id = await org_store.create_user(self._db, scope, "admin@localhost", "admin")
             record, key = await key_store.create_key(self._db, scope, user_id=user_id,
                                                      name="bootstrap", role="admin")
-            preset = self._settings.bootstrap_key
-            if preset is None:
+            if wanted is None:
                 return key, False
-            wanted = preset.get_secret_value()
-            if parse_prefix(wanted) is None:
-                raise ValueError("ATOR_BOOTSTRAP_KEY must look like ator_<8 hex>_<secret>")
             await key_store.replace_key_hash(self._db, record.id, wanted[5:13],
                                              hash_key(wanted))
             return wanted, True
