@@ -7,6 +7,7 @@ import dataclasses
 import uuid
 
 from ator.engine.config import freeze
+from ator.settings import CapCeilings
 from ator.store.turns import TurnStart
 
 
@@ -34,3 +35,7 @@ def test_the_same_inputs_freeze_once_and_any_change_freezes_anew() -> None:
     assert freeze(start(), engine_version="e2").hash != first.hash
     child = freeze(start(contract={"tools": ["calculator"]}), engine_version="e1")
     assert child.allow == ["calculator"] and child.hash != first.hash
+    # Lower ceilings (an operator's setting) clamp the caps: not the unclamped result.
+    clamped = freeze(start(), engine_version="e1", ceilings=CapCeilings(max_steps=4))
+    assert clamped.caps.max_steps == 4
+    assert freeze(start(), engine_version="e1", ceilings=CapCeilings(max_steps=4)) is clamped

@@ -10,6 +10,13 @@ class Spec:
         self.name = name
         self.schema = {"type": "object"}  # unhashable, like a tool's
 
+    # Equal by name, so a cache keyed by value would take one for the other.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Spec) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
 
 def test_computed_once_per_object_and_slot_and_bounded() -> None:
     calls: list[str] = []
@@ -31,4 +38,7 @@ def test_an_object_equal_to_a_remembered_one_is_not_taken_for_it() -> None:
     memo: ByIdentity[Spec, str] = ByIdentity(8)
     first = Spec("x")
     assert memo.get(first, lambda s: "first") == "first"
-    assert memo.get(Spec("x"), lambda s: "second") == "second"
+    other = Spec("x")
+    assert other == first
+    assert memo.get(other, lambda s: "second") == "second"
+    assert memo.get(first, lambda s: "again") == "first"

@@ -53,6 +53,12 @@ async def publishing(coord: Coordinator, *, start: bool = True) -> AsyncIterator
         await coord.close()
 
 
+async def batches(publisher: Publisher, thread: uuid.UUID, turn: uuid.UUID, n: int) -> None:
+    """`n` delta batches of one turn, each flushed."""
+    for i in range(n):
+        await batch(publisher, thread, turn, f"t{i}")
+
+
 def ended(turn: uuid.UUID) -> Event:
     return Event(seq=9, kind="turn_ended", data={}, turn_id=turn, created_at=datetime.now(UTC))
 
@@ -61,8 +67,7 @@ async def test_a_turn_nobody_watches_publishes_one_delta_batch_then_goes_quiet()
     coord = Counting()
     thread, turn = uuid.uuid4(), uuid.uuid4()
     async with publishing(coord) as publisher:
-        for i in range(5):
-            await batch(publisher, thread, turn, f"t{i}")
+        await batches(publisher, thread, turn, 5)
         assert coord.published[delta_channel(thread)] == 1  # the probe; then nothing
         # The next turn of the thread probes again (someone may have come meanwhile).
         await publisher.events(Scope(uuid.uuid4()), thread, [ended(turn)])
@@ -75,8 +80,7 @@ async def test_without_the_interest_subscription_every_batch_is_published() -> N
     thread, turn = uuid.uuid4(), uuid.uuid4()
     # Never started: announcements of interest could not reach it.
     async with publishing(coord, start=False) as publisher:
-        for i in range(3):
-            await batch(publisher, thread, turn, f"t{i}")
+        await batches(publisher, thread, turn, 3)
         assert coord.published[delta_channel(thread)] == 3
 
 
@@ -127,8 +131,7 @@ async def test_an_announcement_that_overtakes_the_publish_keeps_the_turn_loud() 
     coord = Overtaken()
     thread, turn = uuid.uuid4(), uuid.uuid4()
     async with publishing(coord) as publisher:
-        for i in range(3):
-            await batch(publisher, thread, turn, f"t{i}")
+        await batches(publisher, thread, turn, 3)
         # The overtaken first batch did not make the turn quiet: the second was published
         # (and, reaching nobody with no announcement on its way, that one did).
         assert coord.published[delta_channel(thread)] == 2

@@ -13,7 +13,6 @@ system, then messages; a change breaks the cache for everything after it.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,10 +37,11 @@ _TOOLS: ByIdentity[ToolSpec, dict[str, Any]] = ByIdentity(1024)
 
 
 def _record(spec: ToolSpec) -> dict[str, Any]:
-    wire = {"name": spec.name, "description": spec.description,
-            "input_schema": spec.input_schema}
+    wire = jsonenc.canonical({"name": spec.name, "description": spec.description,
+                              "input_schema": spec.input_schema})
+    # Sorted or not, compact JSON has the same length: one encoding gives size and hash.
     return {"name": spec.name, "origin": spec.origin, "on_demand": spec.on_demand,
-            "chars": len(json.dumps(wire, separators=(",", ":"))), "hash": _hash(wire)}
+            "chars": len(wire), "hash": hashlib.sha256(wire).hexdigest()[:16]}
 
 
 def _tool(spec: ToolSpec) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def freeze(
     key = (ctx.setup_id, ctx.setup_version, ctx.persona, ctx.instructions,
            ctx.instructions_version, ctx.policy, ctx.policy_version, ctx.policy_replace,
            ctx.depth, None if ctx.contract is None else jsonenc.canonical(ctx.contract),
-           engine_version, id(ceilings), ceilings)
+           engine_version, ceilings)
     found = _FROZEN.get(key)
     if found is not None:
         _FROZEN.move_to_end(key)
