@@ -50,8 +50,7 @@ from ator.engine.wire import event_frame, thread_channel
 from ator.errors import ConfigError, Conflict, EgressBlocked, ValidationFailed
 from ator.obs.looplag import LoopLag
 from ator.providers.base import Provider
-from ator.providers.config import ConfigPolicy, ProviderConfig, parse_provider_config
-from ator.providers.preload import preload
+from ator.providers.config import ConfigPolicy, ProviderConfig
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey, load_or_create_key_file
 from ator.security.limits import refuse
@@ -223,7 +222,7 @@ class Ator(McpMethods):
         if not self._engine_started:
             # Import the provider SDKs in a worker thread now: the first model call would
             # otherwise import them on the event loop (~1 s frozen for every tenant).
-            await preload()
+            await self.providers.preload()
             await self.publisher.start()
             await self.actor.start()
             self.reaper.start()
@@ -309,13 +308,8 @@ class Ator(McpMethods):
         """Check a setup's provider, config (`providers.config`), caps and tool policy as
         they would be stored. Raises ValidationFailed (422, field path in `errors`) or
         Forbidden (403 `tenant_endpoints_disabled`)."""
-        if provider not in self.providers.known():
-            raise ValidationFailed(
-                f"unknown provider {provider!r}; known: {', '.join(self.providers.known())}",
-                code="unknown_provider",
-            )
-        parsed = parse_provider_config(provider, config,
-                                       ConfigPolicy.from_settings(self.settings))
+        parsed = self.providers.parse_config(provider, config,
+                                             ConfigPolicy.from_settings(self.settings))
         try:
             Caps.from_config(parsed.caps, self.settings.cap_ceilings)
         except ConfigError as exc:
