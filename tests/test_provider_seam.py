@@ -210,10 +210,11 @@ async def test_a_provider_sees_the_state_it_returned_last_turn_also_after_a_rest
                                                                  sessions=True))
         scope, thread = await new_thread(ator, "resumable")
         other_scope, other = await new_thread(ator, "resumable")
+        seq = 0
         for i in (1, 2):
             await ator.submit(scope, thread.id, f"m{i}", client_message_id=f"m{i}")
-            end = await wait_for_event(ator, scope, thread.id, ended,
-                                       after_seq=0 if i == 1 else end.seq)
+            end = await wait_for_event(ator, scope, thread.id, ended, after_seq=seq)
+            seq = end.seq
         assert first.seen == [None, {"session_id": "cli-1", "n": 1}]
         # The state is the thread's: a new thread of the same provider starts without one.
         await ator.submit(other_scope, other.id, "hi", client_message_id="o1")

@@ -45,6 +45,7 @@ from ator.engine.prompts import Prompts
 from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
 from ator.engine.tenancy import Tenancy
+from ator.engine.tool_calls import ToolCalls
 from ator.engine.turn import TurnRunner
 from ator.engine.wire import event_frame, thread_channel
 from ator.errors import ConfigError, Conflict, EgressBlocked, ValidationFailed
@@ -70,7 +71,7 @@ from ator.subagents.tools import subagent_tools
 from ator.tools.base import Tool
 from ator.tools.builtin import builtin_tools
 from ator.tools.policy import parse_tool_policy
-from ator.tools.toolset import StaticToolset, Toolset
+from ator.tools.toolset import OrgToolset, StaticToolset, Toolset
 
 __all__ = ["Ator", "TurnResult"]
 
@@ -143,6 +144,11 @@ class Ator(McpMethods):
                  ChildBudget(self.subagents), *hooks]
         services = {StoredResults: self.mcp.results, Subagents: self.subagents,
                     **(services or {})}
+        # Tools outside a turn (the MCP gateway, workflow steps): the same tools and rules.
+        self.tool_calls = ToolCalls(
+            db, [t for t in self.toolsets if isinstance(t, OrgToolset)],
+            timeout=Caps().tool_timeout, result_chars=Caps().tool_result_chars,
+            services={StoredResults: self.mcp.results})
         self.runner = TurnRunner(
             db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
             prices=prices, master_key=master_key, owner=self.owner,
