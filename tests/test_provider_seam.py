@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
+from ator.engine.wire import delta_frame
 from ator.providers.base import (
     MessageStop,
     ModelRequest,
@@ -231,3 +232,15 @@ async def test_a_provider_sees_the_state_it_returned_last_turn_also_after_a_rest
         # The state is never shown: not in the events, not in the stream.
         events = await ator.events(scope, thread.id)
         assert not any("cli-" in str(e.data) for e in events)
+
+
+def test_the_live_stream_shows_a_provider_run_tool_and_never_its_session() -> None:
+    turn = uuid.uuid4()
+    call = delta_frame(turn, NativeToolCall("srv_1", "lookup", {"q": "x"}))
+    result = delta_frame(turn, NativeToolResult("srv_1", "found"))
+    assert (call["type"], call["name"], call["input"], call["ephemeral"]) == (
+        "NativeToolCall", "lookup", {"q": "x"}, True)
+    assert (result["type"], result["content"]) == ("NativeToolResult", "found")
+    stop = delta_frame(turn, MessageStop("end_turn", Usage(1, 1), "m", cost_usd=Decimal("0.5"),
+                                         session={"session_id": "secret-ish"}))
+    assert "session" not in stop and "usage" not in stop and stop["cost_usd"] == Decimal("0.5")

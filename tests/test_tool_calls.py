@@ -86,6 +86,8 @@ async def test_the_policy_refuses_a_denied_tool_and_it_does_not_run(make_ator: A
         assert len(rows) == 5 and all(r.outcome == "error" for r in rows)
         assert [r.error_code for r in rows] == ["invalid_arguments", "invalid_arguments",
                                                 "unknown_tool", "tool_denied", "tool_denied"]
+        assert [r.tool for r in rows] == ["calculator", "calculator", "no_such_tool", "big",
+                                          "big"]
 
 
 async def test_web_fetch_outside_a_turn_passes_the_egress_guard(make_ator: Any) -> None:
