@@ -11,9 +11,11 @@ from decimal import Decimal
 from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
 
 from ator.engine.wire import delta_frame
+from ator.errors import ValidationFailed
 from ator.providers.base import (
     MessageStop,
     ModelRequest,
@@ -244,3 +246,25 @@ def test_the_live_stream_shows_a_provider_run_tool_and_never_its_session() -> No
     stop = delta_frame(turn, MessageStop("end_turn", Usage(1, 1), "m", cost_usd=Decimal("0.5"),
                                          session={"session_id": "secret-ish"}))
     assert "session" not in stop and "usage" not in stop and stop["cost_usd"] == Decimal("0.5")
+
+
+async def test_a_scripted_setup_can_play_a_provider_run_tool_and_a_reported_cost(
+    make_ator: Any,
+) -> None:
+    script = [{"native_tool_calls": [{"name": "web_search", "input": {"q": "ator"},
+                                      "result": "3 results"}],
+               "text": "Found it.", "cost_usd": "0.0125"}]
+    async with make_ator() as ator:
+        scope, thread = await new_thread(ator, "scripted", model="claude-haiku-4-5",
+                                         config={"script": script})
+        await ator.submit(scope, thread.id, "look", client_message_id="m1")
+        end = await wait_for_event(ator, scope, thread.id, ended)
+        assert end.data["status"] == "done"
+        assert (Decimal(end.data["cost_usd"]), end.data["cost_source"]) == (
+            Decimal("0.0125"), "provider")
+        [reply] = [e for e in await ator.events(scope, thread.id) if e.kind == "assistant"]
+        assert [b["type"] for b in reply.data["content"]] == [
+            "native_tool_call", "native_tool_result", "text"]
+        with pytest.raises(ValidationFailed):  # a cost is a decimal string, checked at write
+            await ator.create_setup(scope, name="bad", provider="scripted", model="m",
+                                    config={"script": [{"cost_usd": "a lot"}]})

@@ -175,6 +175,13 @@ class _ToolCall(BaseModel):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+class _NativeCall(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    input: dict[str, Any] = Field(default_factory=dict)
+    result: Annotated[str, StringConstraints(max_length=100_000)] = ""
+
+
 class _Usage(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     input_tokens: Annotated[int, Field(ge=0, le=10**9)] = 0
@@ -204,6 +211,9 @@ class _ScriptStep(BaseModel):
     hang: StrictBool = False
     error: _StepError | None = None
     echo: StrictBool = False
+    native_tool_calls: list[_NativeCall] = Field(default_factory=list, max_length=64)
+    # USD as a decimal string ("0.0125"): what the provider reports the call cost.
+    cost_usd: Annotated[str, StringConstraints(pattern=r"^\d{1,9}(\.\d{1,12})?$")] | None = None
 
 
 class ScriptedConfig(ProviderConfig):
