@@ -25,7 +25,6 @@ from ator.errors import ConfigError
 from ator.providers.config import AnthropicConfig, LocalConfig, OpenAIConfig, ScriptedConfig
 from ator.providers.factory import BuildContext, Built, ProviderFactory, Recipe, SecretResolver
 from ator.providers.local import DEFAULT_LOCAL_MODEL  # a light module: llama loads lazily
-from ator.providers.preload import ensure_loaded
 
 __all__ = ["BUILTIN", "DEFAULT_ANTHROPIC_MODEL", "DEFAULT_OPENAI_MODEL"]
 
@@ -80,9 +79,7 @@ async def _http(name: str, config: Mapping[str, Any], ctx: BuildContext) -> Reci
         http_client = ctx.egress.httpx2_client(
             timeout=kwargs["timeout"], secret_headers=kwargs["default_headers"]
         )
-        provider: Any
-        await ensure_loaded(name, _ANTHROPIC_MODULES if name == "anthropic"
-                            else _OPENAI_MODULES)  # in a worker thread, never on the loop
+        provider: Any  # the SDK is loaded by now (the registry awaits the preload first)
         if name == "anthropic":
             from ator.providers.anthropic import AnthropicProvider
 

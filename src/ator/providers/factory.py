@@ -8,8 +8,9 @@ A `ProviderFactory` is everything ator needs to know about one provider name:
 - `prepare(config, ctx)`: turns a setup's config into a `Recipe` - a cache key (a
   fingerprint of every argument the provider is built with, credentials only as a hash) and
   the coroutine that builds it. The registry builds once per key and reuses the result;
-- `preload`: modules to import in a worker thread when the engine starts (a heavy SDK), so
-  the first call does not import them on the event loop (`providers.preload`);
+- `preload`: modules to import in a worker thread (a heavy SDK): when the engine starts, and
+  before the first build if that comes first, so no call imports them on the event loop
+  (`providers.preload`);
 - `default_model`: what a command uses when only the provider is named;
 - `sessions`: the provider keeps state per thread (a CLI runtime's session id): the engine
   reads it before the turn's first call and hands it over in `ModelRequest.session`.

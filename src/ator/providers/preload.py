@@ -5,9 +5,9 @@ Importing `anthropic` takes about a second and `openai` about half of that (hund
 models). Done by the first model call of a process, on the event loop, that froze every other
 task of the replica - health checks, stops, other tenants' turns - for as long. So the engine
 preloads what every registered factory names (`ProviderFactory.preload`,
-`ProviderRegistry.preload`) when it starts, and whatever imports an adapter lazily (a
-factory's build) first awaits `ensure_loaded(name, modules)`: a call that comes before the
-preload finished waits for it in a worker thread, never on the loop.
+`ProviderRegistry.preload`) when it starts, and the registry awaits
+`ensure_loaded(name, modules)` before a factory builds: a call that comes before the preload
+finished (or a factory registered after it) waits in a worker thread, never on the loop.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from ator.providers.config import (
     parse_provider_config,
 )
 from ator.providers.factory import BuildContext, ProviderFactory, SecretResolver
-from ator.providers.preload import preload
+from ator.providers.preload import ensure_loaded, preload
 from ator.settings import Settings
 
 __all__ = [
@@ -160,5 +160,8 @@ class ProviderRegistry:
         key = (name, *recipe.key)
         if (cached := self._cache.get(key)) is not None:
             return cached
+        # The SDK imports in a worker thread, never on the loop (at once once it is loaded,
+        # and also for a factory registered after the engine's preload).
+        await ensure_loaded(factory.name, factory.preload)
         built = await recipe.build()
         return await self._cache.put(key, built.provider, built.closers)
