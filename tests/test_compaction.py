@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from ator.agent.history import build_messages
 from ator.errors import ProviderError, ValidationFailed
 from ator.providers.base import ModelRequest, Usage
-from ator.providers.config import parse_provider_config
+from ator.providers.config import AnthropicConfig, OpenAIConfig, parse_provider_config
 from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.providers.size import request_bytes
 from ator.store import turns as turn_store
@@ -220,9 +220,9 @@ def test_context_keys_of_a_setup_are_checked() -> None:
     for bad in ({"body_limit": 10}, {"context_window": "big"}, {"compaction_model": ""},
                 {"context_window": True}):
         with pytest.raises(ValidationFailed) as err:
-            parse_provider_config("anthropic", bad)
+            parse_provider_config(AnthropicConfig, bad)
         assert err.value.code == "invalid_config"
-    ok = parse_provider_config("openai", {"body_limit": 100_000, "context_window": 32_768,
+    ok = parse_provider_config(OpenAIConfig, {"body_limit": 100_000, "context_window": 32_768,
                                           "compaction_model": "gpt-4o-mini"})
     assert ok.body_limit == 100_000
 

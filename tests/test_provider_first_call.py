@@ -36,12 +36,13 @@ async def measured(fn):
 
 async def main():
     from ator.providers.base import ModelRequest
-    from ator.providers.preload import preload
+    from ator.providers.registry import ProviderRegistry
+    from ator.settings import Settings
     from ator.testing import AnthropicWireFake, OpenAIWireFake, Reply
 
     out = {"loaded_at_start": [m for m in ("anthropic", "openai") if m in sys.modules]}
     # What the engine does at start: the SDKs are imported in a worker thread.
-    out["preload"] = await preload()
+    out["preload"] = await ProviderRegistry(Settings()).preload()
     request = ModelRequest(
         model="m", messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     )

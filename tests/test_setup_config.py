@@ -10,15 +10,26 @@ from typing import Any
 import pytest
 
 from ator.errors import Forbidden, ValidationFailed
+from ator.providers.builtin import BUILTIN
 from ator.providers.config import (
     AnthropicConfig,
     ConfigPolicy,
+    CustomConfig,
+    ProviderConfig,
     ScriptedConfig,
-    parse_provider_config,
 )
+from ator.providers.config import parse_provider_config as parse_with_model
 from ator.security.redact import REDACTED, is_secret_key, redact, restore_redacted
 from ator.settings import Settings
 from ator.tools.policy import parse_tool_policy
+
+
+def parse_provider_config(provider: str, config: dict[str, Any] | None,
+                          policy: ConfigPolicy | None = None) -> ProviderConfig:
+    """A config checked against the model the built-in factory of `provider` registers
+    (`CustomConfig` for a name no built-in has)."""
+    models = {f.name: f.config for f in BUILTIN}
+    return parse_with_model(models.get(provider, CustomConfig), config, policy)
 
 
 def refused(provider: str, config: dict[str, Any], policy: ConfigPolicy | None = None

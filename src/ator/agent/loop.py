@@ -10,7 +10,9 @@ persists it before anything else happens) and returns a typed `Outcome`. Per mod
   described for the inspector (`state.request_meta`, persisted with the call);
 - `end_turn` / `stop_sequence` → finish;
 - `tool_use` → validate and run all tools concurrently, persist all results as one message,
-  then inject what the hooks' `between_steps` return (persisted first), check caps, continue;
+  then inject what the hooks' `between_steps` return (persisted first), check caps, continue
+  (a tool the provider ran itself arrives as a `native_tool_*` block of the reply: kept and
+  persisted, never run here);
 - `pause_turn` → call again with the partial answer;
 - `max_tokens` / `refusal` → finish with that reason;
 - transient provider errors are retried with jitter, honouring `retry-after`; a provider
@@ -47,6 +49,8 @@ from ator.providers.base import (
     Message,
     MessageStop,
     ModelRequest,
+    NativeToolCall,
+    NativeToolResult,
     Provider,
     StreamEvent,
     TextDelta,
@@ -74,6 +78,7 @@ class ModelReply:
     duration_ms: int
     invalid_inputs: dict[str, str]  # tool_use id -> raw text that was not valid JSON
     ttft_ms: int | None = None  # time to the first streamed content (None: nothing streamed)
+    session: Mapping[str, Any] | None = None  # the provider's state to keep for the thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +148,7 @@ async def run_loop(
         request = ModelRequest(
             model=turn.model, messages=list(state.messages), system=system,
             tools=list(tools.specs), max_tokens=caps.max_output_tokens, user_id=turn.user_id,
-            cache=turn.cache,
+            cache=turn.cache, session=state.session,
         )
         # What the model call will record about its request; hooks may add to it
         # (compaction applied, MCP problems).
@@ -179,6 +184,8 @@ async def run_loop(
         state.usage = state.usage + reply.usage
         state.cost += reply.priced.usd
         state.messages.append(reply.message)
+        if reply.session is not None:
+            state.session = reply.session
         calls = [
             ToolCall(b["id"], b["name"], None if b["id"] in reply.invalid_inputs else b["input"],
                      reply.invalid_inputs.get(b["id"], ""))
@@ -342,14 +349,18 @@ async def _call_once(
         raise ProviderError("the stream ended without a stop event", kind="protocol",
                             retryable=True)
     model = stop.model or request.model
+    # A cost the provider reported is what it charged: preferred over the catalog's figure.
+    priced = Priced.reported(stop.cost_usd) if stop.cost_usd is not None else \
+        prices.cost(request.model if prices.lookup(request.model) else model, stop.usage)
     return ModelReply(
         message={"role": "assistant", "content": partial.blocks},
         stop_reason=stop.stop_reason,
         usage=stop.usage,
-        priced=prices.cost(request.model if prices.lookup(request.model) else model, stop.usage),
+        priced=priced,
         duration_ms=int((time.perf_counter() - started) * 1000),
         invalid_inputs=invalid,
         ttft_ms=None if first_content is None else int((first_content - started) * 1000),
+        session=stop.session,
     )
 
 
@@ -381,3 +392,9 @@ def _assemble(
                 invalid[event.id] = event.raw
             else:
                 target["input"] = event.input
+    elif isinstance(event, NativeToolCall):  # the provider ran it: kept, never run here
+        blocks.append({"type": "native_tool_call", "id": event.id, "name": event.name,
+                       "input": event.input})
+    elif isinstance(event, NativeToolResult):
+        blocks.append({"type": "native_tool_result", "tool_use_id": event.id,
+                       "content": event.content, "is_error": event.is_error})

@@ -11,6 +11,7 @@ two places.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -88,3 +89,6 @@ class TurnState:
     # What the next persisted model call records about its request (layers, tools, hash).
     request_meta: dict[str, Any] = field(default_factory=dict)
     abort: asyncio.Event = field(default_factory=asyncio.Event)
+    # The provider's opaque state for this thread (`ModelRequest.session`): loaded before
+    # the turn's first call when the provider keeps sessions, replaced by each reply's own.
+    session: Mapping[str, Any] | None = None

@@ -1,5 +1,6 @@
 """The CLI's own corner of a database: an org, a setup per purpose and model, the current
-chat thread (layer: cli; imports engine.runtime, providers.registry, store, cli.state).
+chat thread (layer: cli; imports engine.runtime, providers.registry, providers.builtin, store,
+cli.state).
 
 `ator demo` and local `ator chat` share one org, named "demo", so a demo thread can be
 continued with `ator chat --thread`. Ids are remembered in the data dir (`CliState`) and
@@ -16,13 +17,8 @@ from uuid import UUID
 from ator.cli.state import CliState
 from ator.engine.runtime import Ator
 from ator.errors import ConfigError, NotFound
-from ator.providers.local import DEFAULT_LOCAL_MODEL
-from ator.providers.registry import (
-    DEFAULT_ANTHROPIC_MODEL,
-    DEFAULT_OPENAI_MODEL,
-    KNOWN_PROVIDERS,
-    default_provider,
-)
+from ator.providers.builtin import BUILTIN
+from ator.providers.registry import default_provider
 from ator.settings import Settings
 from ator.store.records import Org, Setup, Thread
 from ator.store.scope import Scope
@@ -38,15 +34,10 @@ def pick_provider(settings: Settings, provider: str | None, model: str | None) -
     if provider is None:
         provider, default_model = default_provider(settings)
         return provider, model or default_model
-    defaults = {
-        "anthropic": DEFAULT_ANTHROPIC_MODEL,
-        "openai": DEFAULT_OPENAI_MODEL,
-        "local": DEFAULT_LOCAL_MODEL,
-        "scripted": "scripted",
-    }
-    if provider not in KNOWN_PROVIDERS:
-        raise ConfigError(f"unknown provider {provider!r}; known: {', '.join(KNOWN_PROVIDERS)}")
-    return provider, model or defaults[provider]
+    defaults = {f.name: f.default_model for f in BUILTIN}
+    if provider not in defaults:
+        raise ConfigError(f"unknown provider {provider!r}; known: {', '.join(sorted(defaults))}")
+    return provider, model or defaults[provider] or provider
 
 
 def _uuid(value: str | None) -> UUID | None:

@@ -44,5 +44,15 @@ class Price:
 
 @dataclass(frozen=True, slots=True)
 class Priced:
+    """What a call cost and where the figure came from: `catalog` (usage x the model's
+    price), `provider` (the provider reported the cost itself, preferred over the catalog)
+    or `unpriced` (no price and no report: `usd` is 0 and must be flagged, not trusted)."""
+
     usd: Decimal
     priced: bool  # False: the model has no price; `usd` is 0 and must be flagged, not trusted
+    source: str = "catalog"
+
+    @classmethod
+    def reported(cls, usd: Decimal) -> Priced:
+        """The cost the provider reported for the call."""
+        return cls(usd, True, "provider")

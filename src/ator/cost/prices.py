@@ -83,7 +83,7 @@ class PriceTable:
     def cost(self, model: str, usage: Usage) -> Priced:
         price = self.lookup(model)
         if price is None:
-            return Priced(Decimal(0), False)
+            return Priced(Decimal(0), False, "unpriced")
         rates = price.at(usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens)
         usd = (
             usage.input_tokens * rates.input

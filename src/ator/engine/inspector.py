@@ -44,6 +44,7 @@ def inspected(call: ModelCall) -> dict[str, Any]:
             "reported": call.usage_reported, "estimated": call.usage_estimated,
         },
         "cost_usd": str(call.cost_usd), "priced": call.priced,
+        "cost_source": call.cost_source,
         "latency_ms": call.duration_ms, "ttft_ms": meta.pop("ttft_ms", None),
         "request": meta,
         "diff": {"previous_id": call.previous_id, **diff(call.previous_meta, call.request_meta)},

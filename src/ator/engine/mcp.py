@@ -37,7 +37,7 @@ from ator.store.database import Database
 from ator.store.mcp_servers import McpServer
 from ator.store.scope import Scope
 from ator.tools.base import Tool, ToolContext
-from ator.tools.toolset import ToolScope
+from ator.tools.toolset import OrgToolScope, ToolScope
 from ator.tools.web import web_fetch_tool
 
 __all__ = ["McpMethods", "McpServerIn", "McpService", "PolicyGated", "StoredResults",
@@ -88,7 +88,8 @@ class StoredResults:
         self.page_chars = page_chars
 
     async def stash(self, ctx: ToolContext, text: str) -> str:
-        rid = await server_store.save_result(self.db, Scope(ctx.org_id), ctx.thread_id, text)
+        thread_id, _ = ctx.in_turn()
+        rid = await server_store.save_result(self.db, Scope(ctx.org_id), thread_id, text)
         return str(rid)
 
     async def page(self, org_id: UUID, result_id: str, page: int) -> tuple[str, int]:
@@ -234,6 +235,12 @@ class PolicyGated:
             found = tuple(t for t in self._tools if t.name in allow)
             self.recent.put(key, found)
         return found
+
+    async def org_tools(self, scope: OrgToolScope) -> Sequence[Tool]:
+        """Outside a turn the same rule, on the scope's policy: named in `allow`, or not at
+        all."""
+        allow = scope.policy.allow or []
+        return tuple(t for t in self._tools if t.name in allow)
 
 
 class McpMethods:

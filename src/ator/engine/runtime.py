@@ -45,13 +45,13 @@ from ator.engine.prompts import Prompts
 from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
 from ator.engine.tenancy import Tenancy
+from ator.engine.tool_calls import ToolCalls
 from ator.engine.turn import TurnRunner
 from ator.engine.wire import event_frame, thread_channel
 from ator.errors import ConfigError, Conflict, EgressBlocked, ValidationFailed
 from ator.obs.looplag import LoopLag
 from ator.providers.base import Provider
-from ator.providers.config import ConfigPolicy, ProviderConfig, parse_provider_config
-from ator.providers.preload import preload
+from ator.providers.config import ConfigPolicy, ProviderConfig
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey, load_or_create_key_file
 from ator.security.limits import refuse
@@ -71,7 +71,7 @@ from ator.subagents.tools import subagent_tools
 from ator.tools.base import Tool
 from ator.tools.builtin import builtin_tools
 from ator.tools.policy import parse_tool_policy
-from ator.tools.toolset import StaticToolset, Toolset
+from ator.tools.toolset import OrgToolset, StaticToolset, Toolset
 
 __all__ = ["Ator", "TurnResult"]
 
@@ -144,6 +144,11 @@ class Ator(McpMethods):
                  ChildBudget(self.subagents), *hooks]
         services = {StoredResults: self.mcp.results, Subagents: self.subagents,
                     **(services or {})}
+        # Tools outside a turn (the MCP gateway, workflow steps): the same tools and rules.
+        self.tool_calls = ToolCalls(
+            db, [t for t in self.toolsets if isinstance(t, OrgToolset)],
+            timeout=Caps().tool_timeout, result_chars=Caps().tool_result_chars,
+            services={StoredResults: self.mcp.results})
         self.runner = TurnRunner(
             db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
             prices=prices, master_key=master_key, owner=self.owner,
@@ -223,7 +228,7 @@ class Ator(McpMethods):
         if not self._engine_started:
             # Import the provider SDKs in a worker thread now: the first model call would
             # otherwise import them on the event loop (~1 s frozen for every tenant).
-            await preload()
+            await self.providers.preload()
             await self.publisher.start()
             await self.actor.start()
             self.reaper.start()
@@ -309,13 +314,8 @@ class Ator(McpMethods):
         """Check a setup's provider, config (`providers.config`), caps and tool policy as
         they would be stored. Raises ValidationFailed (422, field path in `errors`) or
         Forbidden (403 `tenant_endpoints_disabled`)."""
-        if provider not in self.providers.known():
-            raise ValidationFailed(
-                f"unknown provider {provider!r}; known: {', '.join(self.providers.known())}",
-                code="unknown_provider",
-            )
-        parsed = parse_provider_config(provider, config,
-                                       ConfigPolicy.from_settings(self.settings))
+        parsed = self.providers.parse_config(provider, config,
+                                             ConfigPolicy.from_settings(self.settings))
         try:
             Caps.from_config(parsed.caps, self.settings.cap_ceilings)
         except ConfigError as exc:

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from ator.agent.hooks import Injection
 from ator.agent.loop import ModelReply
 from ator.agent.state import TurnContext, TurnState
+from ator.cost.price import Priced
 from ator.engine.publish import Publisher
 from ator.errors import AtorError
 from ator.obs.metrics import Metrics
@@ -38,6 +39,7 @@ from ator.outcome import status_of
 from ator.providers.base import StreamEvent
 from ator.store import turns as turn_store
 from ator.store.database import Database
+from ator.store.provider_state import SessionSaved
 from ator.store.scope import Scope
 from ator.tools.base import ToolOutcome
 from ator.whole import whole
@@ -73,6 +75,7 @@ class _Held:
     event: Item
     call: turn_store.ModelCallRow
     message: dict[str, Any]  # the reply as the loop holds it, stamped with its seq once written
+    parts: tuple[turn_store.StepPart, ...] = ()  # written with the reply (its provider state)
 
 
 def _stamp(held: _Held, written: list[Any]) -> None:
@@ -105,6 +108,7 @@ class StepWriter:
         self._snapshot = snapshot  # written with the first write
         self._held: _Held | None = None
         self._ends = tuple(ends)
+        self._sources: set[str] = set()  # where the turn's billed costs came from
         self.finished = False
 
     # The loop's StepSink ---------------------------------------------------------------
@@ -112,18 +116,22 @@ class StepWriter:
     async def on_reply(self, step: int, reply: ModelReply, final: str | None) -> None:
         event: Item = ("assistant", {"content": reply.message["content"],
                                      "stop_reason": reply.stop_reason, "step": step})
-        call = self._call_row(step, reply.stop_reason, reply.usage, reply.priced.usd,
-                              reply.priced.priced, reply.duration_ms)
+        call = self._call_row(step, reply.stop_reason, reply.usage, reply.priced,
+                              reply.duration_ms)
+        # The provider's state for the thread commits with the reply that returned it.
+        parts = () if reply.session is None else (
+            SessionSaved(self._turn.provider, dict(reply.session)),)
         if final is None:
-            self._held = _Held(event, call, reply.message)
+            self._held = _Held(event, call, reply.message, parts)
             return
         await self._write([event, self._ended(final, None)], billed=call,
-                          finish=turn_store.Finished(status_of(final), final, None))
+                          finish=turn_store.Finished(status_of(final), final, None),
+                          extra=parts)
 
     async def flush(self) -> None:
         held, self._held = self._held, None
         if held is not None:
-            _stamp(held, await self._write([held.event], billed=held.call))
+            _stamp(held, await self._write([held.event], billed=held.call, extra=held.parts))
 
     async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None:
         item: Item = ("tool_results", {"step": step, "results": [r.record() for r in results]})
@@ -131,13 +139,14 @@ class StepWriter:
         if held is None:
             await self._write([item])
         else:
-            _stamp(held, await self._write([held.event, item], billed=held.call))
+            _stamp(held, await self._write([held.event, item], billed=held.call,
+                                           extra=held.parts))
 
     async def on_compaction(self, step: int, reply: ModelReply, record: dict[str, Any],
                             meta: dict[str, Any]) -> None:
         await self.flush()  # a held reply bills its own call first (one call per write)
-        call = self._call_row(step, reply.stop_reason, reply.usage, reply.priced.usd,
-                              reply.priced.priced, reply.duration_ms, "compaction",
+        call = self._call_row(step, reply.stop_reason, reply.usage, reply.priced,
+                              reply.duration_ms, "compaction",
                               model=str(record.get("model") or self._turn.model), meta=meta)
         await self._write([("compaction", {**record, "step": step})], billed=call)
 
@@ -161,10 +170,11 @@ class StepWriter:
         held, self._held = self._held, None
         items: list[Item] = [held.event] if held else []
         billed = held.call if held else None
+        extra: tuple[turn_store.StepPart, ...] = held.parts if held else ()
         if interrupted is not None:
             if billed is not None:  # two calls to bill: the held one goes first, on its own
-                await self._write(items, billed=billed)
-                items = []
+                await self._write(items, billed=billed, extra=extra)
+                items, extra = [], ()
             if interrupted[0] is not None:
                 items.append(interrupted[0])
             billed = interrupted[1]
@@ -172,7 +182,7 @@ class StepWriter:
         try:
             await self._write(items, billed=billed,
                               finish=turn_store.Finished(status_of(stop_reason), stop_reason,
-                                                         error))
+                                                         error), extra=extra)
         except TurnLost:
             self.finished = True  # closed elsewhere already: nothing more to say
 
@@ -182,26 +192,28 @@ class StepWriter:
             "turn_id": str(self._turn.turn_id), "status": status_of(stop_reason),
             "stop_reason": stop_reason, "error": error, "steps": s.steps,
             "usage": asdict(s.usage), "cost_usd": str(s.cost),
+            "cost_source": _cost_source(self._sources),
         })
 
-    def _call_row(self, step: int, stop_reason: str | None, usage: Any, usd: Any,
-                  priced: bool, duration_ms: int, purpose: str = "step", *,
+    def _call_row(self, step: int, stop_reason: str | None, usage: Any, priced: Priced,
+                  duration_ms: int, purpose: str = "step", *,
                   model: str | None = None, meta: dict[str, Any] | None = None,
                   ) -> turn_store.ModelCallRow:
+        self._sources.add(priced.source)
         return turn_store.ModelCallRow(
             step=step, provider=self._turn.provider, model=model or self._turn.model,
             stop_reason=stop_reason, input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
             cache_write_tokens=usage.cache_write_tokens, usage_reported=usage.reported,
             usage_estimated=usage.estimated,
-            cost_usd=usd, priced=priced, duration_ms=duration_ms,
+            cost_usd=priced.usd, priced=priced.priced, duration_ms=duration_ms,
             request_meta=self._state.request_meta if meta is None else meta,
             setup_id=self._turn.setup_id,
-            purpose=purpose,
+            purpose=purpose, cost_source=priced.source,
         )
 
     def interrupted_call(
-        self, usd: Any, priced: bool
+        self, priced: Priced
     ) -> tuple[Item | None, turn_store.ModelCallRow] | None:
         """The call in flight when the turn was cut short, as an `interrupted` assistant
         event (none for a compaction call: its text is no reply) and its billed row; None
@@ -214,12 +226,12 @@ class StepWriter:
         if not text and usage.total_tokens == 0:
             return None
         if partial.purpose == "compaction":
-            return None, self._call_row(partial.step, None, usage, usd, priced, 0,
+            return None, self._call_row(partial.step, None, usage, priced, 0,
                                         "compaction", model=partial.model,
                                         meta={"purpose": "compaction", "interrupted": True})
         event: Item = ("assistant", {"content": partial.blocks, "stop_reason": None,
                                      "step": partial.step, "interrupted": True})
-        return event, self._call_row(partial.step, None, usage, usd, priced, 0, "interrupted")
+        return event, self._call_row(partial.step, None, usage, priced, 0, "interrupted")
 
     # Writing -----------------------------------------------------------------------------
 
@@ -283,3 +295,11 @@ class StepWriter:
             for end in self._ends:
                 await end.committed(self._turn, result)
         return result.events
+
+
+def _cost_source(sources: set[str]) -> str | None:
+    """How the turn's cost was measured: the one source of all its billed calls, `mixed`
+    when they differ, None when nothing was billed."""
+    if not sources:
+        return None
+    return next(iter(sources)) if len(sources) == 1 else "mixed"

@@ -46,6 +46,7 @@ from ator.obs.metrics import Metrics
 from ator.providers.base import Usage
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey
+from ator.store import provider_state
 from ator.store import secrets as secret_store
 from ator.store import turns as turn_store
 from ator.store.database import Database
@@ -159,7 +160,7 @@ class TurnRunner:
             if not writer.finished:
                 model = state.partial.model if state.partial is not None else None
                 priced = self.prices.cost(model or turn.model, _usage_of(state))
-                interrupted = writer.interrupted_call(priced.usd, priced.priced)
+                interrupted = writer.interrupted_call(priced)
                 await asyncio.shield(writer.finish(stop, error, interrupted))
             return True
         finally:
@@ -238,6 +239,9 @@ class TurnRunner:
         # A lease keeps the provider's client open for the whole turn even if the cache
         # evicts it meanwhile.
         async with self.providers.lease(start.provider, start.config, resolve) as provider:
+            if self.providers.factory(start.provider).sessions:  # what it returned last time
+                state.session = await provider_state.load(self.db, scope, turn.thread_id,
+                                                          start.provider)
             # Compaction first: the gate then reserves for the request actually sent, and
             # the summary call passes the gate and every other hook like any call (a
             # subagent's own and tree budgets included).

@@ -72,7 +72,9 @@ def delta_frame(turn_id: UUID, event: StreamEvent) -> dict[str, Any]:
     kind = type(event)
     names = _FIELDS.get(kind)
     if names is None:  # a shallow read of the event's fields (it is encoded right away)
-        names = _FIELDS[kind] = tuple(f.name for f in fields(event) if f.name != "usage")
+        # Usage is the record's; a provider's session state is for it alone, never shown.
+        names = _FIELDS[kind] = tuple(f.name for f in fields(event)
+                                      if f.name not in ("usage", "session"))
     values = {name: getattr(event, name) for name in names}
     return {"kind": "delta", "ephemeral": True, "turn_id": str(turn_id),
             "type": kind.__name__, **values}

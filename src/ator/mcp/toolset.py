@@ -151,7 +151,7 @@ class McpToolset:
         return turn.offered
 
     def _activate(self, ctx: ToolContext, query: str, k: int) -> list[Tool]:
-        turn = self._turns.get(ctx.turn_id)
+        turn = None if ctx.turn_id is None else self._turns.get(ctx.turn_id)
         if turn is None or turn.index is None:
             return []
         found = turn.index.search(query, k)

@@ -25,6 +25,7 @@ import httpx2
 from ator.errors import AtorError, ConfigError, ContextOverflow, ProviderError
 from ator.providers.base import (
     KEEPALIVE,
+    NATIVE_BLOCKS,
     STOP_REASONS,
     Message,
     MessageStop,
@@ -124,8 +125,8 @@ def _wire_message(message: Message) -> dict[str, Any]:
                     }
                 )
             continue
-        if kind == "text" and not block.get("text"):
-            continue
+        if (kind == "text" and not block.get("text")) or kind in NATIVE_BLOCKS:
+            continue  # an empty text, or a tool another provider ran itself
         # Our placement is the only one: a marker carried in from history would break the cap.
         out.append(_without_cache_control(block))
     return {"role": message["role"], "content": out}

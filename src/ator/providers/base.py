@@ -9,9 +9,23 @@ Anthropic Messages content-block form because it is the richest:
           | {"type": "thinking", "thinking": str, "signature": str | None}
           | {"type": "tool_use", "id": str, "name": str, "input": dict}
           | {"type": "tool_result", "tool_use_id": str, "content": str, "is_error": bool}
+          | {"type": "native_tool_call", "id": str, "name": str, "input": dict}
+          | {"type": "native_tool_result", "tool_use_id": str, "content": str,
+             "is_error": bool}
 
 Adapters map this shape to their wire format (providers/openai.py flattens tool results into
 `role: tool` messages, for example).
+
+A tool the provider ran itself (a server-side search, a CLI runtime's own shell) streams as
+`NativeToolCall` and `NativeToolResult`: the loop keeps them in the reply as `native_tool_*`
+blocks (persisted with it and shown), never runs them and never answers them with a
+`tool_result`; adapters do not send them back (`NATIVE_BLOCKS`).
+
+`MessageStop` may carry what the provider says the call cost (`cost_usd`, a CLI runtime's own
+figure): it is billed instead of the catalog price and flagged `cost_source: "provider"`. It
+may also carry `session`, opaque state the provider wants back on the thread's next call
+(a CLI session id to resume): the engine stores it per (thread, provider) and hands it over
+in `ModelRequest.session` - only for providers whose factory says `sessions=True`.
 
 Two events carry no content, and exist for the loop's caps:
 
@@ -31,8 +45,9 @@ streamed text (chars / 4, flagged `estimated`) when the provider had not reporte
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ator.usage import CHARS_PER_TOKEN, Usage, estimate_tokens
@@ -40,12 +55,15 @@ from ator.usage import CHARS_PER_TOKEN, Usage, estimate_tokens
 __all__ = [
     "CHARS_PER_TOKEN",
     "KEEPALIVE",
+    "NATIVE_BLOCKS",
     "STOP_REASONS",
     "Block",
     "Keepalive",
     "Message",
     "MessageStop",
     "ModelRequest",
+    "NativeToolCall",
+    "NativeToolResult",
     "Provider",
     "StreamEvent",
     "SystemBlock",
@@ -71,6 +89,8 @@ StopReason = Literal[
 STOP_REASONS: frozenset[str] = frozenset(
     {"end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn"}
 )
+#: Block types of tools the provider ran itself: kept and shown, never sent to a model.
+NATIVE_BLOCKS: frozenset[str] = frozenset({"native_tool_call", "native_tool_result"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +129,9 @@ class ModelRequest:
     user_id: str | None = None
     # Ask the adapter to place prompt-cache breakpoints (providers/breakpoints.py).
     cache: bool = True
+    # What this provider returned as `MessageStop.session` on the thread's latest call that
+    # had one (None: none yet, or the provider keeps no sessions).
+    session: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +180,32 @@ class ToolUseStop:
 
 
 @dataclass(frozen=True, slots=True)
+class NativeToolCall:
+    """A tool call the provider executed itself (complete: arguments parsed)."""
+
+    id: str
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NativeToolResult:
+    """The result of a `NativeToolCall` (`id` is the call's)."""
+
+    id: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class MessageStop:
     stop_reason: str
     usage: Usage
     model: str | None = None
+    # What the provider says this call cost, in USD (None: price it from the catalog).
+    cost_usd: Decimal | None = None
+    # Opaque state to hand back on the thread's next call (None: keep what is stored).
+    session: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +229,8 @@ StreamEvent = (
     | ToolUseStart
     | ToolInputDelta
     | ToolUseStop
+    | NativeToolCall
+    | NativeToolResult
     | MessageStop
     | UsageUpdate
     | Keepalive

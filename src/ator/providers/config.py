@@ -10,9 +10,13 @@ the first failure is a typed error naming the field path:
    `security.redact`) holds a "secret:NAME" reference or nothing, never a string, object or
    number; no credential-bearing header names; no userinfo in URLs -> 422 `secret_in_config`;
 3. the provider's typed model (extra keys refused, types strict) -> 422 `invalid_config`;
-4. the operator's policy (`ConfigPolicy`): tenant endpoints allowed at all (else 403
-   `tenant_endpoints_disabled`), `timeout` under the operator's ceiling, `model_path` only
-   inside the operator's models directory -> 422 `invalid_config`.
+4. the operator's policy (`ConfigPolicy`), as the model's `check_policy` applies it: tenant
+   endpoints allowed at all (else 403 `tenant_endpoints_disabled`), `timeout` under the
+   operator's ceiling, `model_path` only inside the operator's models directory -> 422
+   `invalid_config`.
+
+Which model a provider name uses is its factory's business (`providers.factory`): a provider
+registered from outside brings its own model, or `CustomConfig`.
 
 `caps` is checked here only as "an object"; `agent.caps.Caps.from_config` owns its rule and
 the engine calls it (`Ator.validate_setup`). The stored config is the tenant's dict as given
@@ -111,6 +115,17 @@ class ProviderConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     endpoint_fields: ClassVar[tuple[str, ...]] = ()
 
+    def check_policy(self, policy: ConfigPolicy) -> None:
+        """Refuse what the operator does not allow (a subclass adds its own rules and calls
+        this first): no tenant endpoint fields when tenant endpoints are off."""
+        named = [f for f in self.endpoint_fields if getattr(self, f, None) is not None]
+        if named and not policy.tenant_endpoints:
+            raise Forbidden(
+                f"config.{named[0]}: this server does not let setups name their own endpoint "
+                "or headers (ATOR_TENANT_ENDPOINTS=false)",
+                code="tenant_endpoints_disabled",
+            )
+
     caps: dict[str, Any] | None = None  # rule: agent.caps.Caps.from_config
     prompt_cache: StrictBool | None = None
     # Context (agent/compaction.py): the model that writes compaction summaries (default the
@@ -132,6 +147,19 @@ class _HttpProviderConfig(ProviderConfig):
     headers: Annotated[dict[HeaderName, HeaderValue], Field(max_length=MAX_HEADERS)] | None = None
     timeout: PositiveSeconds | None = None
 
+    def check_policy(self, policy: ConfigPolicy) -> None:
+        super().check_policy(policy)
+        if self.timeout is not None and self.timeout > policy.max_timeout:
+            raise refuse(("config", "timeout"),
+                         f"must be at most {policy.max_timeout:g} seconds (the operator's "
+                         "ceiling)", "invalid_config")
+        for name in self.headers or {}:
+            lowered = name.lower()
+            if lowered in FORBIDDEN_HEADERS or lowered.startswith(_FORBIDDEN_HEADER_PREFIXES):
+                raise refuse(("config", "headers", name),
+                             "a hop-by-hop, routing or metadata header cannot be set",
+                             "forbidden_header")
+
 
 class AnthropicConfig(_HttpProviderConfig):
     """`provider: "anthropic"`: credentials by reference, an optional own endpoint."""
@@ -145,6 +173,13 @@ class _ToolCall(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
     input: dict[str, Any] = Field(default_factory=dict)
+
+
+class _NativeCall(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    input: dict[str, Any] = Field(default_factory=dict)
+    result: Annotated[str, StringConstraints(max_length=100_000)] = ""
 
 
 class _Usage(BaseModel):
@@ -176,6 +211,9 @@ class _ScriptStep(BaseModel):
     hang: StrictBool = False
     error: _StepError | None = None
     echo: StrictBool = False
+    native_tool_calls: list[_NativeCall] = Field(default_factory=list, max_length=64)
+    # USD as a decimal string ("0.0125"): what the provider reports the call cost.
+    cost_usd: Annotated[str, StringConstraints(pattern=r"^\d{1,9}(\.\d{1,12})?$")] | None = None
 
 
 class ScriptedConfig(ProviderConfig):
@@ -191,20 +229,17 @@ class LocalConfig(ProviderConfig):
 
     model_path: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = None
 
+    def check_policy(self, policy: ConfigPolicy) -> None:
+        super().check_policy(policy)
+        if self.model_path is not None:
+            _check_model_path(self.model_path, policy.local_models_dir)
+
 
 class CustomConfig(ProviderConfig):
     """A provider registered in-process by the embedder: its own keys are its business;
     the credential rule and the bounds still apply."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-
-
-_MODELS: dict[str, type[ProviderConfig]] = {
-    "anthropic": AnthropicConfig,
-    "openai": OpenAIConfig,
-    "scripted": ScriptedConfig,
-    "local": LocalConfig,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,9 +258,10 @@ class ConfigPolicy:
 
 
 def parse_provider_config(
-    provider: str, config: Mapping[str, Any] | None, policy: ConfigPolicy | None = None
+    model: type[ProviderConfig], config: Mapping[str, Any] | None,
+    policy: ConfigPolicy | None = None,
 ) -> ProviderConfig:
-    """Check a setup's config for `provider` and return it typed.
+    """Check a setup's config against a provider's `model` and return it typed.
 
     Raises ValidationFailed (422, with `errors[].loc` starting at "config") or Forbidden
     (403 `tenant_endpoints_disabled`); see the module docstring for the order and codes."""
@@ -233,12 +269,11 @@ def parse_provider_config(
     raw = dict(config or {})
     check_json(raw, SETUP_CONFIG, ("config",))
     find_clear_credential(raw, ("config",))
-    model = _MODELS.get(provider, CustomConfig)
     try:
         parsed = model.model_validate(raw)
     except ValidationError as exc:
         raise _invalid(exc) from None
-    _apply_policy(parsed, policy)
+    parsed.check_policy(policy)
     return parsed
 
 
@@ -271,31 +306,6 @@ def find_clear_credential(value: Any, loc: Loc) -> None:
     elif isinstance(value, str) and url_userinfo(value) is not None:
         raise refuse(path, "a URL with user info (user:password@) carries a credential",
                      "secret_in_config")
-
-
-def _apply_policy(parsed: ProviderConfig, policy: ConfigPolicy) -> None:
-    named = [f for f in parsed.endpoint_fields if getattr(parsed, f, None) is not None]
-    if named and not policy.tenant_endpoints:
-        raise Forbidden(
-            f"config.{named[0]}: this server does not let setups name their own endpoint "
-            "or headers (ATOR_TENANT_ENDPOINTS=false)",
-            code="tenant_endpoints_disabled",
-        )
-    if isinstance(parsed, _HttpProviderConfig) and parsed.timeout is not None and (
-        parsed.timeout > policy.max_timeout
-    ):
-        raise refuse(("config", "timeout"),
-                     f"must be at most {policy.max_timeout:g} seconds (the operator's ceiling)",
-                     "invalid_config")
-    if isinstance(parsed, _HttpProviderConfig) and parsed.headers:
-        for name in parsed.headers:
-            lowered = name.lower()
-            if lowered in FORBIDDEN_HEADERS or lowered.startswith(_FORBIDDEN_HEADER_PREFIXES):
-                raise refuse(("config", "headers", name),
-                             "a hop-by-hop, routing or metadata header cannot be set",
-                             "forbidden_header")
-    if isinstance(parsed, LocalConfig) and parsed.model_path is not None:
-        _check_model_path(parsed.model_path, policy.local_models_dir)
 
 
 def _check_model_path(model_path: str, models_dir: Path | None) -> None:

@@ -1,12 +1,13 @@
 """Loading the provider SDKs off the event loop (layer: providers; imports the standard library,
-and the adapter modules by name, in a worker thread).
+and the modules a factory names, in a worker thread).
 
 Importing `anthropic` takes about a second and `openai` about half of that (hundreds of pydantic
 models). Done by the first model call of a process, on the event loop, that froze every other
 task of the replica - health checks, stops, other tenants' turns - for as long. So the engine
-calls `preload()` when it starts, and whatever imports an adapter lazily (the registry) first
-awaits `ensure_loaded(name)`: a call that comes before the preload finished waits for it in a
-worker thread, never on the loop.
+preloads what every registered factory names (`ProviderFactory.preload`,
+`ProviderRegistry.preload`) when it starts, and the registry awaits
+`ensure_loaded(name, modules)` before a factory builds: a call that comes before the preload
+finished (or a factory registered after it) waits in a worker thread, never on the loop.
 """
 
 from __future__ import annotations
@@ -14,23 +15,11 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
-__all__ = ["PRELOADABLE", "ensure_loaded", "preload"]
+__all__ = ["ensure_loaded", "preload"]
 
-#: What each provider name needs imported before its first call: the SDK, the SDK's lazily
-#: loaded resource the adapter calls, and the adapter itself.
-PRELOADABLE: Final[Mapping[str, tuple[str, ...]]] = {
-    "anthropic": ("anthropic", "anthropic.resources.messages", "ator.providers.anthropic"),
-    "openai": (
-        "openai",
-        "openai.resources.chat.chat",
-        "openai.resources.chat.completions.completions",
-        "openai.lib.streaming.chat",
-        "ator.providers.openai",
-    ),
-}
 #: Loaded by the first request of any SDK client (the transport's async backend, the SDK's
 #: trace-context propagation); optional, so a missing one is not an error.
 _FIRST_REQUEST: Final = ("anyio._backends._asyncio", "opentelemetry.propagate")
@@ -41,7 +30,7 @@ _FIRST_REQUEST: Final = ("anyio._backends._asyncio", "opentelemetry.propagate")
 _loaded: set[str] = set()
 
 
-def _import(modules: tuple[str, ...]) -> None:
+def _import(modules: Sequence[str]) -> None:
     for module in modules:
         importlib.import_module(module)
     for module in _FIRST_REQUEST:
@@ -51,29 +40,30 @@ def _import(modules: tuple[str, ...]) -> None:
             continue  # not installed: then nothing loads it on the first request either
 
 
-async def ensure_loaded(name: str) -> None:
-    """Import what provider `name` needs, in a worker thread; immediate once it is loaded.
+async def ensure_loaded(name: str, modules: Sequence[str]) -> None:
+    """Import `modules` (what provider `name` needs: the SDK, the SDK's lazily loaded
+    resource the adapter calls, the adapter itself) in a worker thread; immediate once `name`
+    is loaded, or when there is nothing to import (scripted, local: nothing heavy at import).
 
-    Unknown names (scripted, local: nothing heavy at import) return at once. Concurrent callers
-    each wait in their own worker thread on Python's import lock, not on the event loop.
-    Raises ImportError if the SDK is not installed.
+    Concurrent callers each wait in their own worker thread on Python's import lock, not on
+    the event loop. Raises ImportError if the SDK is not installed.
     """
-    modules = PRELOADABLE.get(name)
-    if modules is None or name in _loaded:
+    if not modules or name in _loaded:
         return
     await asyncio.to_thread(_import, modules)
     _loaded.add(name)
 
 
-async def preload(names: Iterable[str] = tuple(PRELOADABLE)) -> dict[str, float]:
-    """Load the SDKs of `names` off the loop, one after the other; seconds each took.
+async def preload(modules: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """Load each provider's `modules` off the loop, one provider after the other; seconds
+    each took.
 
     Meant to be started when the engine starts (awaited, or as a background task: a first call
     that comes earlier waits for it through `ensure_loaded`).
     """
     took: dict[str, float] = {}
-    for name in names:
+    for name, needed in modules.items():
         started = time.perf_counter()
-        await ensure_loaded(name)
+        await ensure_loaded(name, needed)
         took[name] = time.perf_counter() - started
     return took

@@ -1,50 +1,43 @@
-"""Building the provider a setup names (layer: providers; imports providers.*, net, errors,
-settings).
+"""Building the provider a setup names, from the factories registered by name (layer:
+providers; imports providers.*, net, errors, settings).
 
-Every HTTP provider is built on a client from the egress factory (`net.Egress`), so its
-connections pass the SSRF guard. Credentials come from the setup's config as secret references
-("secret:NAME", resolved by the engine through the org's encrypted secrets) or, under one rule,
-from process settings: the process-wide key (ATOR_*_API_KEY) goes only to the process-wide
-endpoint (ATOR_*_BASE_URL or the SDK default). A setup that names its own `base_url` brings its
-own credential or none (an OpenAI-compatible server without auth) and never inherits the
-process key. With ATOR_TENANT_ENDPOINTS=false, a setup's `base_url` and `headers` are refused.
+A registry starts with the built-in factories (`providers.builtin`: anthropic, openai, local,
+scripted) and takes more with `register_factory`, the same way: a provider is a name, a
+config model, a way to build it and what to preload (`providers.factory`). Nothing in this
+module names a provider.
 
-Built providers are cached (bounded LRU, `ProviderCache`) under a fingerprint of every argument
-the client is built with, so two setups share a client only when it would be identical; a
-cache key never appears in a snapshot or a log.
+Built providers are cached (bounded LRU, `ProviderCache`) under the factory's fingerprint of
+every argument the client is built with, so two setups share a client only when it would be
+identical; a cache key never appears in a snapshot or a log.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import hashlib
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-from ator.errors import ConfigError
+from ator.errors import ConfigError, ValidationFailed
 from ator.net import Egress
 from ator.providers.base import Provider
+from ator.providers.builtin import BUILTIN, DEFAULT_ANTHROPIC_MODEL, DEFAULT_OPENAI_MODEL
 from ator.providers.cache import CachedProvider, ProviderCache
-from ator.providers.preload import ensure_loaded
+from ator.providers.config import (
+    ConfigPolicy,
+    CustomConfig,
+    ProviderConfig,
+    parse_provider_config,
+)
+from ator.providers.factory import BuildContext, ProviderFactory, SecretResolver
+from ator.providers.preload import ensure_loaded, preload
 from ator.settings import Settings
 
 __all__ = [
     "DEFAULT_ANTHROPIC_MODEL",
     "DEFAULT_OPENAI_MODEL",
-    "KNOWN_PROVIDERS",
     "ProviderRegistry",
     "default_provider",
 ]
-
-KNOWN_PROVIDERS = ("anthropic", "openai", "scripted", "local")
-
-# What a new user gets when a hosted key is present: fast, cheap, priced in cost/prices.py.
-DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
-DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
-
-SecretResolver = Callable[[str], Awaitable[str]]
 
 
 def default_provider(settings: Settings) -> tuple[str, str]:
@@ -73,15 +66,54 @@ class ProviderRegistry:
         overrides: Mapping[str, Provider] | None = None,
         *,
         egress: Egress | None = None,
+        factories: Iterable[ProviderFactory] = (),
     ) -> None:
         self._settings = settings
-        self._overrides = dict(overrides or {})
         self._egress = egress or Egress.from_settings(settings)
         self._cache = ProviderCache(settings.provider_cache_size)
+        self._factories: dict[str, ProviderFactory] = {}
+        for factory in (*BUILTIN, *factories):
+            self.register_factory(factory)
+        for name, provider in (overrides or {}).items():
+            self.register(name, provider)
+
+    def register_factory(self, factory: ProviderFactory) -> None:
+        """Make `factory.name` a provider setups may name (replacing one of that name: an
+        embedder may swap a built-in)."""
+        self._factories[factory.name] = factory
 
     def register(self, name: str, provider: Provider) -> None:
-        """Make `name` resolve to this instance (tests, embedders with custom models)."""
-        self._overrides[name] = provider
+        """Make `name` resolve to this instance (tests, embedders with custom models); a
+        setup's config is still checked against the model of the provider it replaces."""
+        replaced = self._factories.get(name)
+        config = replaced.config if replaced is not None else CustomConfig
+        self.register_factory(ProviderFactory.instance(name, provider, config=config))
+
+    def factory(self, name: str) -> ProviderFactory:
+        """The factory of `name`; ConfigError naming the known ones when there is none."""
+        found = self._factories.get(name)
+        if found is None:
+            raise ConfigError(f"unknown provider {name!r}; known: {', '.join(self.known())}")
+        return found
+
+    def parse_config(
+        self, name: str, config: Mapping[str, Any] | None, policy: ConfigPolicy
+    ) -> ProviderConfig:
+        """A setup's config checked against provider `name`'s model and the operator's
+        policy (`providers.config`). Raises ValidationFailed (422 `unknown_provider`, or the
+        config's own codes) or Forbidden."""
+        found = self._factories.get(name)
+        if found is None:
+            raise ValidationFailed(
+                f"unknown provider {name!r}; known: {', '.join(self.known())}",
+                code="unknown_provider",
+            )
+        return parse_provider_config(found.config, config, policy)
+
+    async def preload(self) -> dict[str, float]:
+        """Import every factory's heavy modules in a worker thread; seconds each took."""
+        return await preload({f.name: f.preload for f in self._factories.values()
+                              if f.preload})
 
     async def aclose(self) -> None:
         """Close the HTTP clients of every provider this registry built (a client still
@@ -99,7 +131,7 @@ class ProviderRegistry:
         self._egress.guard.check_url(url)
 
     def known(self) -> list[str]:
-        return sorted({*KNOWN_PROVIDERS, *self._overrides})
+        return sorted(self._factories)
 
     @contextlib.asynccontextmanager
     async def lease(
@@ -120,111 +152,16 @@ class ProviderRegistry:
         """The provider for a setup's (provider, config). Raises ConfigError for an unknown
         provider, a refused endpoint or a missing credential; SecretError when a referenced
         secret cannot be read."""
-        if name in self._overrides:
-            return self._overrides[name]
-        if name == "scripted":
-            key = ("scripted", json.dumps(config.get("script"), sort_keys=True),
-                   str(config.get("repeat_last")))
-            if (cached := self._cache.get(key)) is not None:
-                return cached
-            from ator.providers.scripted import ScriptedProvider
-
-            return await self._cache.put(key, ScriptedProvider.from_config(dict(config)), [])
-        if name == "local":
-            key = ("local", str(config.get("model_path", "")), "")
-            if (cached := self._cache.get(key)) is not None:
-                return cached
-            from ator.providers.local import LocalProvider
-
-            local = LocalProvider(model_path=config.get("model_path"))
-            return await self._cache.put(key, local, _closers(local))
-        if name in ("anthropic", "openai"):
-            return await self._http_provider(name, config, resolve)
-        raise ConfigError(f"unknown provider {name!r}; known: {', '.join(self.known())}")
-
-    async def _http_provider(
-        self, name: str, config: Mapping[str, Any], resolve: SecretResolver
-    ) -> Provider:
-        kwargs = await self._client_arguments(name, config, resolve)
-        # Every argument the client is built with shapes it, so every one is in the key
-        # (credentials only as a hash of the whole).
-        key = (name, hashlib.sha256(json.dumps(kwargs, sort_keys=True).encode()).hexdigest())
+        factory = self.factory(name)
+        recipe = await factory.prepare(config, BuildContext(self._settings, self._egress,
+                                                            resolve))
+        if recipe.key is None:  # an instance handed in: not the cache's to keep or close
+            return (await recipe.build()).provider
+        key = (name, *recipe.key)
         if (cached := self._cache.get(key)) is not None:
             return cached
-        http_client = self._egress.httpx2_client(
-            timeout=kwargs["timeout"], secret_headers=kwargs["default_headers"]
-        )
-        provider: Any
-        await ensure_loaded(name)  # the SDK imports in a worker thread, never on the loop
-        if name == "anthropic":
-            from ator.providers.anthropic import AnthropicProvider
-
-            provider = await asyncio.to_thread(AnthropicProvider, **kwargs,
-                                               http_client=http_client)
-        else:
-            from ator.providers.openai import OpenAIProvider
-
-            provider = await asyncio.to_thread(OpenAIProvider, **kwargs, http_client=http_client)
-        return await self._cache.put(key, provider, [*_closers(provider), http_client.aclose])
-
-    async def _client_arguments(
-        self, name: str, config: Mapping[str, Any], resolve: SecretResolver
-    ) -> dict[str, Any]:
-        s = self._settings
-        process_key = s.anthropic_api_key if name == "anthropic" else s.openai_api_key
-        process_url = s.anthropic_base_url if name == "anthropic" else s.openai_base_url
-        tenant_url = config.get("base_url")
-        headers = config.get("headers") or {}
-        if not isinstance(headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-        ):
-            raise ConfigError("config.headers must be an object of strings")
-        if (tenant_url or headers) and not s.tenant_endpoints:
-            raise ConfigError("this server does not allow a setup's own base_url or headers "
-                              "(ATOR_TENANT_ENDPOINTS=false)")
-        if tenant_url is not None and not isinstance(tenant_url, str):
-            raise ConfigError("config.base_url must be a string")
-        api_key = await _credential(config.get("api_key"), resolve)
-        auth_token = await _credential(config.get("auth_token"), resolve)
-        named = api_key is not None or auth_token is not None
-        if tenant_url:
-            self._egress.guard.check_url(tenant_url)
-            # The credential rule: the process key never follows a setup to its own endpoint.
-            if not named and name == "anthropic":
-                raise ConfigError(
-                    "a setup with its own base_url must name its own credential "
-                    "(config.api_key = 'secret:NAME'); the server's key is only sent to the "
-                    "server's own endpoint"
-                )
-            base_url: str | None = tenant_url
-        else:
-            if not named and process_key is not None:
-                api_key = process_key.get_secret_value()
-            base_url = process_url
-        if api_key is None and auth_token is None and name == "anthropic":
-            raise ConfigError("no Anthropic credential: set ATOR_ANTHROPIC_API_KEY or "
-                              "config.api_key = 'secret:NAME'")
-        try:
-            timeout = float(config.get("timeout", 600.0))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError("config.timeout must be a number of seconds") from exc
-        if not timeout > 0:
-            raise ConfigError("config.timeout must be positive")
-        kwargs: dict[str, Any] = {"api_key": api_key, "base_url": base_url,
-                                  "default_headers": dict(headers), "timeout": timeout}
-        if name == "anthropic":
-            kwargs["auth_token"] = auth_token
-        return kwargs
-
-
-def _closers(provider: object) -> list[Callable[[], Awaitable[None]]]:
-    aclose = getattr(provider, "aclose", None)
-    return [aclose] if aclose is not None else []
-
-
-async def _credential(value: Any, resolve: SecretResolver) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and value.startswith("secret:"):
-        return await resolve(value[len("secret:") :])
-    raise ConfigError("credentials in a setup must be secret references ('secret:NAME')")
+        # The SDK imports in a worker thread, never on the loop (at once once it is loaded,
+        # and also for a factory registered after the engine's preload).
+        await ensure_loaded(factory.name, factory.preload)
+        built = await recipe.build()
+        return await self._cache.put(key, built.provider, built.closers)

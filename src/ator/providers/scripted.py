@@ -18,6 +18,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from ator.errors import ConfigError, ProviderError
@@ -26,6 +27,8 @@ from ator.providers.base import (
     Message,
     MessageStop,
     ModelRequest,
+    NativeToolCall,
+    NativeToolResult,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -57,6 +60,10 @@ class ScriptStep:
     error: ProviderError | None = None
     # Echo the last user text back (handy for demos and for checking context).
     echo: bool = False
+    # Tools the "provider" ran itself: (name, input, result), streamed before the text.
+    native_tool_calls: Sequence[tuple[str, dict[str, Any], str]] = ()
+    # The cost the "provider" reports for the call (None: priced from the catalog).
+    cost_usd: Decimal | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScriptStep:
@@ -79,8 +86,12 @@ class ScriptStep:
                                     retryable=bool(err.get("retryable", False)))
                 if err else None,
                 echo=bool(data.get("echo", False)),
+                native_tool_calls=[(str(c["name"]), dict(c.get("input", {})),
+                                    str(c.get("result", "")))
+                                   for c in data.get("native_tool_calls", [])],
+                cost_usd=None if data.get("cost_usd") is None else Decimal(str(data["cost_usd"])),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError) as exc:
             raise ConfigError(f"invalid script step {data!r}: {exc}") from exc
 
 
@@ -172,6 +183,10 @@ class ScriptedProvider:
         if step.hang:
             async for event in _hang(step.keepalive_every):
                 yield event
+        for k, (name, args, result) in enumerate(step.native_tool_calls):
+            nid = f"srvtoolu_s{_turn_position(request.messages)}_{k}"
+            yield NativeToolCall(nid, name, args)
+            yield NativeToolResult(nid, result)
         text = step.text
         if step.echo:
             text = (text + " " if text else "") + f"You said: {_last_user_text(request.messages)}"
@@ -196,7 +211,7 @@ class ScriptedProvider:
             yield ToolUseStop(tid, None, raw)
         has_calls = bool(step.tool_calls or step.raw_tool_calls)
         stop = step.stop_reason or ("tool_use" if has_calls else "end_turn")
-        yield MessageStop(stop, step.usage, request.model)
+        yield MessageStop(stop, step.usage, request.model, cost_usd=step.cost_usd)
 
 
 async def _hang(keepalive_every: float) -> AsyncIterator[StreamEvent]:

@@ -48,6 +48,7 @@ class ModelCall:
     created_at: datetime
     previous_id: int | None = None
     previous_meta: dict[str, Any] | None = None
+    cost_source: str = "catalog"  # catalog, provider (it reported the cost), unpriced
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,7 @@ def _call(r: Any) -> ModelCall:
         r.id, r.thread_id, r.turn_id, r.step, r.purpose, r.provider, r.model, r.stop_reason,
         r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens,
         r.usage_reported, r.usage_estimated, r.cost_usd, r.priced, r.duration_ms,
-        r.request_meta, r.created_at, r.previous_id, r.previous_meta,
+        r.request_meta, r.created_at, r.previous_id, r.previous_meta, r.cost_source,
     )
 
 

@@ -26,10 +26,12 @@ __all__ = [
     "org_usage",
     "orgs",
     "prompt_versions",
+    "provider_sessions",
     "secrets",
     "sessions",
     "setups",
     "threads",
+    "tool_audit",
     "tool_results",
     "turns",
     "users",
@@ -276,6 +278,8 @@ model_calls = sa.Table(
     sa.Column("usage_estimated", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False),
     sa.Column("priced", sa.Boolean, nullable=False),
+    # Where cost_usd came from: catalog, provider (reported it), unpriced (0, flagged).
+    sa.Column("cost_source", sa.Text, nullable=False, server_default="catalog"),
     sa.Column("duration_ms", sa.Integer, nullable=False),
     # What was sent: layer names/hashes, tool names, sizes (never the secrets).
     sa.Column("request_meta", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
@@ -368,4 +372,38 @@ tool_results = sa.Table(
     sa.Column("content", sa.Text, nullable=False),
     _created(),
     sa.Index("ix_tool_results_thread", "org_id", "thread_id"),
+)
+
+# A provider's opaque state per thread (a CLI runtime's session id), written with the step
+# that returned it and read before a turn's first call (providers whose factory keeps
+# sessions only). Per-turn data: no foreign keys (see the module docstring).
+provider_sessions = sa.Table(
+    "provider_sessions",
+    metadata,
+    _org_hot(),
+    sa.Column("thread_id", UUID(as_uuid=True), primary_key=True),
+    sa.Column("provider", sa.Text, primary_key=True),
+    sa.Column("state", JSONB, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+)
+
+# One row per tool call made outside a turn (the MCP gateway, a workflow step): who, which
+# tool, a hash of the arguments (never the arguments), how long, how much, how it ended.
+tool_audit = sa.Table(
+    "tool_audit",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column("principal_kind", sa.Text, nullable=False),
+    sa.Column("principal_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("tool", sa.Text, nullable=False),
+    sa.Column("args_sha256", sa.Text, nullable=False),
+    sa.Column("duration_ms", sa.Integer, nullable=False),
+    sa.Column("result_chars", sa.Integer, nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("error_code", sa.Text, nullable=True),
+    _created(),
+    sa.Index("ix_tool_audit_org_created", "org_id", "created_at", "id"),
+    sa.CheckConstraint("principal_kind in ('user','key')", name="ck_tool_audit_principal"),
+    sa.CheckConstraint("outcome in ('ok','error')", name="ck_tool_audit_outcome"),
 )

@@ -230,6 +230,7 @@ class ModelCallRow:
     setup_id: UUID | None = None
     purpose: str = "step"  # step, interrupted, compaction, …
     usage_estimated: bool = False
+    cost_source: str = "catalog"  # catalog, provider (it reported the cost), unpriced
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +293,7 @@ class Billed:
             "mc_step": mc.step, "mc_purpose": mc.purpose, "mc_provider": mc.provider,
             "mc_model": mc.model, "mc_stop_reason": mc.stop_reason,
             "mc_reported": mc.usage_reported, "mc_estimated": mc.usage_estimated,
-            "mc_priced": mc.priced,
+            "mc_priced": mc.priced, "mc_cost_source": mc.cost_source,
             "mc_duration_ms": mc.duration_ms,
             "mc_meta": jsonenc.dumps(mc.request_meta),
         }
@@ -403,11 +404,11 @@ class Drained:
 _MODEL_CALL = """_mc AS (
   INSERT INTO model_calls (org_id, thread_id, turn_id, setup_id, step, purpose, provider, model,
     stop_reason, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
-    usage_reported, usage_estimated, cost_usd, priced, duration_ms, request_meta)
+    usage_reported, usage_estimated, cost_usd, priced, duration_ms, request_meta, cost_source)
   VALUES (:org_id, :thread_id, :turn_id, :mc_setup_id, :mc_step, :mc_purpose, :mc_provider,
     :mc_model, :mc_stop_reason, :d_in, :d_out, :d_cr, :d_cw, :mc_reported, :mc_estimated,
     :d_cost, :mc_priced,
-    :mc_duration_ms, CAST(:mc_meta AS jsonb))
+    :mc_duration_ms, CAST(:mc_meta AS jsonb), :mc_cost_source)
 ), _usage AS (
   -- Billed even when the turn was closed meanwhile: the provider charged for the call.
   INSERT INTO org_usage (org_id, month, shard, cost_usd, tokens)

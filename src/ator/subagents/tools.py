@@ -49,23 +49,24 @@ _REF = {"type": "string", "minLength": 1, "maxLength": 64,
 
 async def _spawn(args: dict[str, Any], ctx: ToolContext) -> Any:
     svc = ctx.service(Subagents)
-    return await svc.spawn(Scope(ctx.org_id), ctx.thread_id, ctx.turn_id, ctx.tool_use_id,
+    thread_id, turn_id = ctx.in_turn()
+    return await svc.spawn(Scope(ctx.org_id), thread_id, turn_id, ctx.tool_use_id,
                            parse_spawn(args))
 
 
 async def _status(args: dict[str, Any], ctx: ToolContext) -> Any:
-    return await ctx.service(Subagents).status(Scope(ctx.org_id), ctx.thread_id,
+    return await ctx.service(Subagents).status(Scope(ctx.org_id), ctx.in_turn()[0],
                                                args.get("id"))
 
 
 async def _abort(args: dict[str, Any], ctx: ToolContext) -> Any:
-    return await ctx.service(Subagents).abort(Scope(ctx.org_id), ctx.thread_id, args["id"],
-                                              args["reason"])
+    return await ctx.service(Subagents).abort(Scope(ctx.org_id), ctx.in_turn()[0],
+                                              args["id"], args["reason"])
 
 
 async def _result(args: dict[str, Any], ctx: ToolContext) -> Any:
-    return await ctx.service(Subagents).result(Scope(ctx.org_id), ctx.thread_id, args["id"],
-                                               int(args.get("page", 1)))
+    return await ctx.service(Subagents).result(Scope(ctx.org_id), ctx.in_turn()[0],
+                                               args["id"], int(args.get("page", 1)))
 
 
 async def _setups(args: dict[str, Any], ctx: ToolContext) -> Any:

@@ -6,6 +6,11 @@ gets the call's arguments and a `ToolContext`: the ids of where it runs, the tur
 signal, and the engine services the turn grants (`ctx.service(Kind)`), so a tool that needs
 the engine (spawning a subagent, paging a stored result) is still a plain tool.
 
+A tool also runs outside a turn (the MCP gateway, a workflow step: `engine/tool_calls.py`):
+then its context has an org and a `Caller` (the user or API key that asked) and no thread or
+turn; a tool that needs a conversation asks `ctx.in_turn()`, which refuses such a call with a
+ToolError the caller can read.
+
 Handlers return text, anything JSON-serializable (rendered as JSON), or a `ToolResult`;
 raising `ToolError` (or any exception) becomes an `is_error` result the model can read, never
 a crashed turn. A result from outside the process (an MCP server, the web, another agent) is
@@ -17,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from ator.errors import ToolError
@@ -25,6 +30,7 @@ from ator.providers.base import ToolSpec
 from ator.security.untrusted import neutralize
 
 __all__ = [
+    "Caller",
     "Tool",
     "ToolCall",
     "ToolContext",
@@ -47,19 +53,35 @@ def untrusted(label: str, text: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Caller:
+    """Who asked for a tool call made outside a turn: a user, or an API key."""
+
+    kind: Literal["user", "key"]
+    id: UUID
+
+
+@dataclass(frozen=True, slots=True)
 class ToolContext:
     """What a handler may know and use where it runs.
 
     `abort` is set when the turn is stopping: a long tool should watch it and return early
     (the task is also cancelled). `services` holds what the engine grants this turn, by type.
+    Outside a turn `thread_id` and `turn_id` are None and `caller` says who asked.
     """
 
     org_id: UUID
-    thread_id: UUID
-    turn_id: UUID
+    thread_id: UUID | None
+    turn_id: UUID | None
     tool_use_id: str
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     services: Mapping[type, object] = field(default_factory=dict)
+    caller: Caller | None = None
+
+    def in_turn(self) -> tuple[UUID, UUID]:
+        """(thread_id, turn_id) of the turn this call runs in; ToolError outside a turn."""
+        if self.thread_id is None or self.turn_id is None:
+            raise ToolError("this tool runs only inside a conversation turn")
+        return self.thread_id, self.turn_id
 
     def service(self, kind: type[T]) -> T:
         """The engine service of type `kind`; ToolError when this turn does not grant it."""

@@ -5,7 +5,9 @@ ator.tools.base, ator.errors, ator.memo).
 becomes an `is_error` result carrying the validation message, never a silent `{}`), runs the
 valid ones concurrently, each under its own timeout, and returns results in call order.
 Cancelling the caller cancels every running tool. Results longer than the cap are cut with a
-visible marker.
+visible marker. A failed call's outcome carries a stable `meta["code"]` (unknown_tool,
+invalid_arguments, tool_timeout, the raised error's code or tool_failed, or what the tool's
+own result says), for the audit of calls outside a turn.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -163,29 +165,33 @@ class ToolRegistry:
         started = time.perf_counter()
         tool = self._tools.get(call.name)
 
-        def outcome(text: str, is_error: bool, untrusted: bool = False) -> ToolOutcome:
+        def outcome(text: str, is_error: bool, untrusted: bool = False,
+                    meta: Mapping[str, Any] | None = None) -> ToolOutcome:
             content, original = truncate(text, result_limit)
             ms = int((time.perf_counter() - started) * 1000)
             origin = tool.origin if tool is not None else "native"
             return ToolOutcome(call.id, call.name, content, is_error, ms, original,
-                               untrusted, origin)
+                               untrusted, origin, meta or {})
 
         problem = self.validate(call)
         if problem is not None or tool is None:
-            return outcome(problem or f"Unknown tool {call.name!r}.", True)
+            code = "unknown_tool" if tool is None else "invalid_arguments"
+            return outcome(problem or f"Unknown tool {call.name!r}.", True,
+                           meta={"code": code})
         timeout = tool.timeout if tool.timeout is not None else default_timeout
         assert call.input is not None
         try:
             async with asyncio.timeout(timeout):
                 value = await tool.handler(call.input, ctx)
         except TimeoutError:
-            return outcome(f"Tool {call.name!r} timed out after {timeout:g}s.", True)
+            return outcome(f"Tool {call.name!r} timed out after {timeout:g}s.", True,
+                           meta={"code": "tool_timeout"})
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a tool's failure is data for the model, not a crash
             return outcome(f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", True,
-                           tool.untrusted)
+                           tool.untrusted, {"code": getattr(exc, "code", "tool_failed")})
         if isinstance(value, ToolResult):
             labelled = tool.untrusted if value.untrusted is None else value.untrusted
-            return outcome(value.text, value.is_error, labelled)
+            return outcome(value.text, value.is_error, labelled, value.meta)
         return outcome(_render(value), False, tool.untrusted)

@@ -1,5 +1,5 @@
 """Toolsets: where a turn's tools come from, asked again before every model call (layer:
-tools; imports tools.base, tools.registry).
+tools; imports tools.base, tools.policy, tools.registry).
 
 A `Toolset` yields the tools for a turn (native tools, an org's MCP servers, subagent tools,
 workflows…). `TurnTools` asks every toolset before each model call, applies the setup's tool
@@ -7,27 +7,57 @@ policy and keeps the registry the step runs with, so a toolset may change what i
 between steps (`tool_search` activating more tools, an MCP server coming back) and the next
 model call sees it. A toolset that fails ends the turn with its error: a missing tool is
 worse than a clear stop.
+
+Outside a turn (the MCP gateway, a workflow step) there is no thread: an `OrgToolScope` names
+the org, who asks (`Caller`) and the tool policy in force. A toolset that can serve such a
+call says so by being an `OrgToolset` too (`org_tools(scope)`); the same `permitted` rule
+applies the policy in both places.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
 from ator.providers.base import ToolSpec
-from ator.tools.base import Tool
+from ator.tools.base import Caller, Tool
+from ator.tools.policy import ToolPolicy
 from ator.tools.registry import ToolRegistry
 
-__all__ = ["StaticToolset", "ToolScope", "Toolset", "TurnTools"]
+__all__ = [
+    "OrgToolScope",
+    "OrgToolset",
+    "StaticToolset",
+    "ToolScope",
+    "Toolset",
+    "TurnTools",
+    "permitted",
+]
 
 
 def _matches(name: str, patterns: frozenset[str]) -> bool:
     """A policy entry is a tool name or a glob over names (`docs__*`: a whole MCP server)."""
     return name in patterns or any(fnmatchcase(name, p) for p in patterns
                                    if "*" in p or "?" in p or "[" in p)
+
+
+def permitted(name: str, allow: frozenset[str] | None, deny: frozenset[str]) -> bool:
+    """A setup's tool policy on one tool name: `allow` None is every tool; `deny` wins."""
+    return (allow is None or _matches(name, allow)) and not _matches(name, deny)
+
+
+@dataclass(frozen=True, slots=True)
+class OrgToolScope:
+    """Where a tool call outside a turn runs: an org, who asked, and the tool policy in force
+    (a workflow's setup's, the gateway's for that key; the default allows every always-on
+    tool and no opt-in one)."""
+
+    org_id: UUID
+    caller: Caller
+    policy: ToolPolicy = field(default_factory=ToolPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +82,17 @@ class Toolset(Protocol):
         ...
 
 
+@runtime_checkable
+class OrgToolset(Protocol):
+    """A toolset that also serves calls outside a turn."""
+
+    name: str
+
+    async def org_tools(self, scope: OrgToolScope) -> Sequence[Tool]:
+        """The tools it offers to `scope` (before the policy's allow/deny)."""
+        ...
+
+
 class StaticToolset:
     """The same tools for every turn (the process's native tools). Checked when built: a
     bad schema or two tools sharing a name with different schemas is a ConfigError here,
@@ -63,6 +104,9 @@ class StaticToolset:
         ToolRegistry(self._tools)
 
     async def tools(self, scope: ToolScope) -> Sequence[Tool]:
+        return self._tools
+
+    async def org_tools(self, scope: OrgToolScope) -> Sequence[Tool]:
         return self._tools
 
 
@@ -93,8 +137,7 @@ class TurnTools:
         if identity != self._offered:
             registry = ToolRegistry()
             for tool in offered:
-                if (self._allow is None or _matches(tool.name, self._allow)) \
-                        and not _matches(tool.name, self._deny):
+                if permitted(tool.name, self._allow, self._deny):
                     registry.add(tool)
             self.registry = registry
             self.specs = registry.specs(description_limit=self._description_limit)

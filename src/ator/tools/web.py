@@ -71,7 +71,8 @@ def web_fetch_tool(egress: Egress, *, max_bytes: int = 2_000_000, timeout: float
                         body = body[:max_bytes]
                         break
         except AtorError as exc:
-            return ToolResult(f"[{exc.code}] {exc.message}", is_error=True, untrusted=False)
+            return ToolResult(f"[{exc.code}] {exc.message}", is_error=True, untrusted=False,
+                              meta={"code": exc.code})
         except httpx.TimeoutException:
             raise ToolError(f"{url} did not answer within {timeout:g}s") from None
         except httpx.HTTPError as exc:

@@ -258,6 +258,14 @@ export function Chat(props: { threadId: string; live: Live; who: Who }) {
                         <div class="tool" data-testid="tool-call">
                           ⚙ {b.name} <code>{JSON.stringify(b.input)}</code>
                         </div>
+                      ) : b.type === "native_tool_call" ? (
+                        <div class="tool" data-testid="native-tool-call" title="run by the provider">
+                          ⚙ {b.name} (provider) <code>{JSON.stringify(b.input)}</code>
+                        </div>
+                      ) : b.type === "native_tool_result" ? (
+                        <div class={`tool result ${b.is_error ? "bad" : ""}`} data-testid="native-tool-result">
+                          ↳ <code>{resultText(b.content).slice(0, 2000)}</code>
+                        </div>
                       ) : null,
                     )}
                   </div>

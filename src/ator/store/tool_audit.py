@@ -1,0 +1,108 @@
+"""The audit of tool calls made outside a turn (layer: store; imports sqlalchemy, ator.store.*).
+
+Every call `engine/tool_calls.py` runs for an org and a caller (the MCP gateway, a workflow
+step) leaves one row: who asked, which tool, the sha256 of the arguments' canonical JSON (the
+arguments themselves are not kept: they may hold data the org did not mean to log), how long
+it took, how long the result was, and how it ended (`ok` or `error` with a stable code).
+Rows are read newest first, a page at a time, by an opaque cursor; another org's rows are
+never read.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from ator.errors import ValidationFailed
+from ator.store.database import Database
+from ator.store.schema import tool_audit
+from ator.store.scope import Scope
+
+__all__ = ["AuditPage", "ToolAudit", "list_calls", "record"]
+
+MAX_PAGE = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAudit:
+    id: UUID
+    org_id: UUID
+    principal_kind: str  # user, key
+    principal_id: UUID
+    tool: str
+    args_sha256: str
+    duration_ms: int
+    result_chars: int
+    outcome: str  # ok, error
+    error_code: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    rows: list[ToolAudit]
+    next_cursor: str | None  # None: this is the last page
+
+
+async def record(
+    db: Database, scope: Scope, *, principal_kind: str, principal_id: UUID, tool: str,
+    args_sha256: str, duration_ms: int, result_chars: int, outcome: str,
+    error_code: str | None,
+) -> UUID:
+    """Write one audit row for the org; returns its id."""
+    row_id = uuid.uuid4()
+    await db.write(tool_audit.insert().values(
+        id=row_id, org_id=scope.org_id, principal_kind=principal_kind,
+        principal_id=principal_id, tool=tool, args_sha256=args_sha256,
+        duration_ms=duration_ms, result_chars=result_chars, outcome=outcome,
+        error_code=error_code,
+    ))
+    return row_id
+
+
+async def list_calls(
+    db: Database, scope: Scope, *, limit: int = 50, cursor: str | None = None
+) -> AuditPage:
+    """The org's audit rows, newest first; pass `next_cursor` back for the next page.
+    Raises ValidationFailed (422 `invalid_cursor`) for a cursor this function did not make."""
+    limit = max(1, min(limit, MAX_PAGE))
+    stmt = sa.select(tool_audit).where(tool_audit.c.org_id == scope.org_id)
+    if cursor is not None:
+        created_at, row_id = _decode(cursor)
+        stmt = stmt.where(sa.tuple_(tool_audit.c.created_at, tool_audit.c.id)
+                          < sa.tuple_(sa.literal(created_at), sa.literal(row_id)))
+    rows = await db.read(stmt.order_by(tool_audit.c.created_at.desc(),
+                                       tool_audit.c.id.desc()).limit(limit + 1))
+    page = [_row(r) for r in rows[:limit]]
+    more = len(rows) > limit
+    return AuditPage(page, _encode(page[-1]) if more and page else None)
+
+
+def _row(r: Any) -> ToolAudit:
+    return ToolAudit(r.id, r.org_id, r.principal_kind, r.principal_id, r.tool, r.args_sha256,
+                     r.duration_ms, r.result_chars, r.outcome, r.error_code, r.created_at)
+
+
+def _encode(row: ToolAudit) -> str:
+    raw = f"{row.created_at.isoformat()}|{row.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: str) -> tuple[datetime, UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        when, _, row_id = raw.partition("|")
+        created_at = datetime.fromisoformat(when)
+        if created_at.tzinfo is None:
+            raise ValueError("naive time")
+        return created_at, UUID(row_id)
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise ValidationFailed("cursor: not a cursor of this list",
+                               code="invalid_cursor") from None
