@@ -140,9 +140,6 @@ class Settings(BaseSettings):
     mcp_session_idle_ttl: float = Field(default=300.0, gt=0)
     mcp_max_sessions: int = Field(default=500, ge=1)
     mcp_max_sessions_per_org: int = Field(default=50, ge=1)
-    # What the model reads of one MCP result at once; longer ones are stored whole and paged
-    # with read_tool_result.
-    mcp_result_chars: int = Field(default=20_000, ge=100)
     mcp_description_chars: int = Field(default=2_000, ge=50)
     # How long a replica reuses an org's MCP server list and a setup's tool policy at turn
     # start (writes through the same replica are seen at once).

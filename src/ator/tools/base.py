@@ -52,6 +52,8 @@ class ToolContext:
 
     `abort` is set when the turn is stopping: a long tool should watch it and return early
     (the task is also cancelled). `services` holds what the engine grants this turn, by type.
+    `result_chars` is what the model reads of the result (the registry sets the turn's cap;
+    tools/results.py owns how a longer one is cut or paged).
     """
 
     org_id: UUID
@@ -60,6 +62,7 @@ class ToolContext:
     tool_use_id: str
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     services: Mapping[type, object] = field(default_factory=dict)
+    result_chars: int = 20_000
 
     def service(self, kind: type[T]) -> T:
         """The engine service of type `kind`; ToolError when this turn does not grant it."""
