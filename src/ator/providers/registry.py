@@ -77,6 +77,11 @@ class ProviderRegistry:
         self._settings = settings
         self._overrides = dict(overrides or {})
         self._egress = egress or Egress.from_settings(settings)
+        # The endpoints the operator configured are reachable wherever they are (a local
+        # vLLM on 127.0.0.1): their clients get exactly that origin allowed, nothing more.
+        self._operator = {name: self._egress.for_endpoint(url) for name, url in
+                          (("anthropic", settings.anthropic_base_url),
+                           ("openai", settings.openai_base_url)) if url}
         self._cache = ProviderCache(settings.provider_cache_size)
 
     def register(self, name: str, provider: Provider) -> None:
@@ -146,12 +151,17 @@ class ProviderRegistry:
         self, name: str, config: Mapping[str, Any], resolve: SecretResolver
     ) -> Provider:
         kwargs = await self._client_arguments(name, config, resolve)
+        # The process endpoint (no base_url of the setup's own) goes through the operator's
+        # egress; a tenant's base_url naming the same URL does not, so the key tells them apart.
+        egress = self._egress if config.get("base_url") else self._operator.get(name,
+                                                                                self._egress)
         # Every argument the client is built with shapes it, so every one is in the key
         # (credentials only as a hash of the whole).
-        key = (name, hashlib.sha256(json.dumps(kwargs, sort_keys=True).encode()).hexdigest())
+        key = (name, hashlib.sha256(json.dumps(kwargs, sort_keys=True).encode()).hexdigest(),
+               egress is self._egress)
         if (cached := self._cache.get(key)) is not None:
             return cached
-        http_client = self._egress.httpx2_client(
+        http_client = egress.httpx2_client(
             timeout=kwargs["timeout"], secret_headers=kwargs["default_headers"]
         )
         provider: Any
