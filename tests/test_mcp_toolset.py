@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import replace
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,8 @@ from ator.mcp.client import McpEndpoint, RemoteTool
 from ator.mcp.pool import McpPool
 from ator.mcp.toolset import McpToolset, MountedServer
 from ator.tools.base import Tool, ToolCall, ToolContext, ToolResult
-from ator.tools.registry import ToolRegistry
 from ator.tools.policy import parse_tool_policy
+from ator.tools.registry import ToolRegistry
 from ator.tools.toolset import ToolScope, TurnTools
 from tests.mcp_servers import ServerState, demo_server, serve_mcp
 from tests.test_mcp_client import loopback_egress

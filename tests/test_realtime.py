@@ -344,3 +344,48 @@ async def test_a_feed_outlives_a_lost_coordinator_connection(one: Any, clients: 
     assert [f["seq"] for f in frames] == list(range(1, 8))
     assert [f["data"]["data"]["text"] for f in frames] == [
         "before", *(f"during{i}" for i in range(5)), "after"]
+
+
+@pytest.mark.parametrize(("text", "cmid", "code"), [
+    ("a\x00b", None, "unstorable_value"),
+    ("hi", "a\x00b", "unstorable_value"),
+    ("hi", "bad id!", "invalid_client_message_id"),
+    ("hi", "x" * 201, "invalid_client_message_id"),
+    ("hi", "", "invalid_client_message_id"),
+    ("hi", 5, "invalid_client_message_id"),
+    ("   ", None, "empty_message"),
+    ("x" * 100_001, None, "message_too_long"),
+], ids=["nul-text", "nul-id", "id-pattern", "id-long", "id-empty", "id-number", "empty",
+        "long"])
+async def test_send_and_post_refuse_the_same_messages_with_the_same_codes(
+        one: Any, clients: Any, text: Any, cmid: Any, code: str) -> None:
+    import httpx
+
+    base, ator, _, _ = one
+    scope, thread = await new_thread(ator, "gated")
+    key = await member_key(ator, scope)
+    c = clients()
+    await c.connect(base, key)
+    body: dict[str, Any] = {"text": text}
+    if cmid is not None:
+        body["client_message_id"] = cmid
+    ack = await c.call("send", thread_id=str(thread.id), **body)
+    async with httpx.AsyncClient(base_url=base) as http:
+        posted = await http.post(f"/v1/threads/{thread.id}/messages", json=body,
+                                 headers={"Authorization": f"Bearer {key}"})
+    assert posted.status_code == 422, posted.text
+    assert (ack["ok"], ack["error"]["code"]) == (False, code), ack
+    assert posted.json()["code"] == code, posted.text
+    assert ack["error"]["detail"] == posted.json()["detail"]
+    assert await ator.events(scope, thread.id) == []  # nothing was taken in
+
+
+async def test_an_unknown_event_gets_an_error_ack(one: Any, clients: Any) -> None:
+    base, ator, _, _ = one
+    scope, thread = await new_thread(ator, "gated")
+    c = clients()
+    await c.connect(base, await member_key(ator, scope))
+    ack = await c.sio.call("sned", {"thread_id": str(thread.id)}, timeout=5)
+    assert ack["ok"] is False and ack["error"]["code"] == "unknown_command", ack
+    assert "join, leave, send, stop" in ack["error"]["detail"]
+    assert (await c.call("join", thread_id=str(thread.id)))["ok"]  # the socket still works

@@ -28,6 +28,7 @@ from ator.mcp.pool import McpPool
 from ator.mcp.toolset import McpToolset, MountedServer
 from ator.net.egress import Egress
 from ator.security.crypto import MasterKey
+from ator.security.limits import check_storable
 from ator.settings import Settings
 from ator.store import mcp_servers as server_store
 from ator.store import secrets as secret_store
@@ -198,6 +199,7 @@ class McpMethods:
     mcp: McpService
 
     def _check_server(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        check_storable(dict(values))  # NUL: `unstorable_value`, as in every request body
         try:
             parsed = McpServerIn.model_validate(dict(values))
         except ValidationError as exc:

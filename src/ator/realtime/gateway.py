@@ -15,6 +15,8 @@ Commands, each acknowledged with `{"ok": true, ...}` or `{"ok": false, "error": 
   live (no gap, no duplicate); joining again restarts from the new cursor.
 - `leave {thread_id}`; `send {thread_id, text, client_message_id}` (member);
   `stop {thread_id}` (member).
+Any other event name is answered `{"ok": false, "error": {"code": "unknown_command", …}}`.
+`send` is checked by the runtime's one message rule, as `POST …/messages` is.
 
 Token deltas are volatile: dropped for a socket whose transport lags. The org room gets
 `turn.started` (with the thread's `parent_id` / `root_id`, so a subagent tree view knows a
@@ -66,6 +68,12 @@ class Unauthenticated(AtorError):
     status = 401
 
 
+class UnknownCommand(AtorError):
+    kind = "validation"
+    code = "unknown_command"
+    status = 404
+
+
 def org_frame(thread_id: UUID, event: Event) -> dict[str, Any] | None:
     """The org room's frame for a turn starting or ending (None for other events)."""
     data = event.data or {}
@@ -108,6 +116,7 @@ class Gateway:
                                         "send": self._send, "stop": self._stop}
         for name, handler in commands.items():
             self.sio.on(name, self._command(handler))
+        self.sio.on("*", self._unknown)
 
     @property
     def connections(self) -> int:
@@ -227,6 +236,13 @@ class Gateway:
                 return {"ok": False, "error": _problem(exc)}
         return run
 
+    async def _unknown(self, event: str, sid: str, *payload: Any) -> dict[str, Any]:
+        """Any other event name: an error ack (a client waiting for one is not left to its
+        timeout)."""
+        known = "join, leave, send, stop"
+        return {"ok": False, "error": _problem(UnknownCommand(
+            f"no command {event[:100]!r}; the commands are {known}"))}
+
     async def _count(self, p: Principal) -> None:
         """Commands share the HTTP API's per-(org, user) rate limit (on the coordinator)."""
         limit = self.ator.settings.rate_limit_per_minute
@@ -264,14 +280,10 @@ class Gateway:
 
     async def _send(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
         _require(conn.principal, "member")
-        text, cmid = payload.get("text"), payload.get("client_message_id")
-        if not isinstance(text, str):
-            raise ValidationFailed("text must be a string", code="invalid_command")
-        if cmid is not None and (not isinstance(cmid, str) or not 1 <= len(cmid) <= 200):
-            raise ValidationFailed("client_message_id must be a string of 1-200 characters",
-                                   code="invalid_command")
+        # Text and id are checked by the runtime's one message rule, as for HTTP.
+        text: Any = payload.get("text")
         item, created = await self.ator.submit(conn.principal.scope, _thread_id(payload), text,
-                                               client_message_id=cmid)
+                                               client_message_id=payload.get("client_message_id"))
         return {"item": {"id": str(item.id), "thread_id": str(item.thread_id),
                          "client_message_id": item.client_message_id, "created": created}}
 
