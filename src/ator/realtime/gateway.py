@@ -1,5 +1,6 @@
 """The socket gateway: socket.io on ASGI in the API's app (layer: realtime; imports socketio,
-engine.runtime, engine.stream, store.keys, security.sessions, realtime.connection).
+engine.runtime, engine.stream, store.keys, security.sessions, realtime.connection,
+realtime.outbox).
 
 Connect with an API key (`auth={"key": ...}` or `Authorization: Bearer`), or with the
 console's session cookie plus its CSRF token (`auth={"csrf": ...}`: a page on another site
@@ -18,7 +19,8 @@ Commands, each acknowledged with `{"ok": true, ...}` or `{"ok": false, "error": 
 Any other event name is answered `{"ok": false, "error": {"code": "unknown_command", …}}`.
 `send` is checked by the runtime's one message rule, as `POST …/messages` is.
 
-Token deltas are volatile: dropped for a socket whose transport lags. The org room gets
+Token deltas are volatile: dropped for a socket whose transport lags. A socket whose outbox
+(realtime.outbox) has not drained for `ATOR_SOCKET_SLOW_TIMEOUT` is disconnected. The org room gets
 `turn.started` (with the thread's `parent_id` / `root_id`, so a subagent tree view knows a
 new child) / `turn.ended` (busy/idle, with usage and cost) from the replica running the
 turn; with `ATOR_REDIS_URL` the socket.io Redis manager carries them (and any room emit) to
@@ -50,6 +52,7 @@ from ator.obs.logging import get_logger
 from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
 from ator.realtime.managers import LocalManager, RedisManager
+from ator.realtime.outbox import Outbox, Server
 from ator.security.sessions import SESSION_COOKIE, csrf_valid
 from ator.store.records import Event, Principal
 from ator.store.scope import Scope
@@ -100,9 +103,8 @@ class Gateway:
         manager = (RedisManager(redis_url, channel=channel) if redis_url else LocalManager())
         # cors_allowed_origins=None: a browser's socket is accepted from this server's own
         # origin only (the console at /ui); clients that send no Origin are not browsers.
-        self.sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager,
-                                        cors_allowed_origins=None, logger=False,
-                                        engineio_logger=False)
+        self.sio = Server(async_mode="asgi", client_manager=manager,
+                          cors_allowed_origins=None, logger=False, engineio_logger=False)
         self.asgi = socketio.ASGIApp(self.sio, socketio_path="socket.io")
         self._ator: Ator | None = None
         self._counts: SocketCounts | None = None
@@ -129,11 +131,12 @@ class Gateway:
         s = ator.settings
         self._counts = SocketCounts(per_user=s.max_sockets_per_user, per_org=s.max_sockets_per_org)
         self._unwatch = ator.publisher.watch(self._on_events)
-        self.feeds = Feeds(self.sio, lambda: self.ator, outbox=s.socket_outbox,
+        self.feeds = Feeds(self.sio, lambda: self.ator, outbox_bytes=s.socket_outbox_bytes,
                            slow_timeout=s.socket_slow_timeout,
                            disconnect=lambda sid: self._spawn(
                                self.sio.disconnect(sid, ignore_queue=True)))
         self._spawn(self._recheck_every(s.socket_recheck_interval))
+        self._spawn(self._sweep_every(s.socket_slow_timeout))
         if not self.sio.manager_initialized:
             self.sio.manager_initialized = True
             self.sio.manager.initialize()
@@ -208,6 +211,26 @@ class Gateway:
         for sid in gone:
             await self.sio.disconnect(sid, ignore_queue=True)
         return len(gone)
+
+    def stalled(self, timeout: float) -> list[str]:
+        """The sockets whose outbox has not drained for `timeout` seconds."""
+        now = time.monotonic()
+        out = []
+        for sid in self._conns:
+            sock = self.sio.eio.sockets.get(self.sio.manager.eio_sid_from_sid(sid, "/"))
+            if sock is not None and isinstance(sock.queue, Outbox) \
+                    and sock.queue.stalled_for(now) > timeout:
+                out.append(sid)
+        return out
+
+    async def _sweep_every(self, timeout: float) -> None:
+        """Disconnect stalled sockets: a client that stopped reading holds what it was sent
+        in its outbox, never in more (it resumes with after_seq when it comes back)."""
+        while True:
+            await asyncio.sleep(min(1.0, timeout / 4))
+            for sid in self.stalled(timeout):
+                log.info("disconnecting a socket that has not drained for %.1fs", timeout)
+                self._spawn(self.sio.disconnect(sid, ignore_queue=True))
 
     async def _recheck_every(self, interval: float) -> None:
         while True:
