@@ -1,9 +1,11 @@
 """MCP servers as org resources, and what turns mount from them (layer: engine; imports
-store.mcp_servers, store.secrets, mcp.*, tools.base, net, errors).
+store.mcp_servers, store.secrets, mcp.*, tools.base, tools.results, net, security.limits,
+errors).
 
 `McpService` owns the session pool, the per-turn `McpToolset`, the stored-results service
-that `read_tool_result` pages through, and the catalog a turn reads (the org's enabled
-servers with their secret references resolved). `McpMethods` is mixed into `Ator`: CRUD
+that `read_tool_result` pages through (tools/results.py; the registry decides the pages),
+and the catalog a turn reads (the org's enabled servers with their secret references
+resolved). `McpMethods` is mixed into `Ator`: CRUD
 and `test_mcp_server` with the checks a tenant's input needs — http only (stdio servers
 come from the operator's settings), a URL the egress guard may reach, headers as secret
 references only.
