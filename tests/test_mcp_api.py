@@ -58,7 +58,7 @@ async def test_crud_roles_orgs_and_the_checks_on_write(api: Any) -> None:
     assert stdio.status_code == 422 and stdio.json()["code"] == "mcp_transport_unsupported"
     private = await client.post("/v1/mcp-servers", headers=auth(a), json={
         "name": "x", "url": "http://10.1.2.3/mcp"})
-    assert private.status_code == 400 and private.json()["code"] == "egress_blocked"
+    assert private.status_code == 422 and private.json()["code"] == "egress_blocked"
     dup = await client.post("/v1/mcp-servers", headers=auth(a), json={
         "name": "docs", "url": "https://other.example/mcp"})
     assert dup.status_code == 409 and dup.json()["code"] == "mcp_server_exists"

@@ -8,6 +8,7 @@ import asyncio
 import re
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ from ator.errors import NotFound
 from ator.mcp.client import McpEndpoint, RemoteTool
 from ator.mcp.pool import McpPool
 from ator.mcp.toolset import McpToolset, MountedServer
-from ator.tools.base import Tool, ToolContext, ToolResult
+from ator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from ator.tools.policy import parse_tool_policy
+from ator.tools.registry import ToolRegistry
 from ator.tools.toolset import ToolScope, TurnTools
 from tests.mcp_servers import ServerState, demo_server, serve_mcp
 from tests.test_mcp_client import loopback_egress
@@ -106,7 +108,7 @@ async def test_a_hanging_server_times_out_while_the_other_servers_tools_work() -
                        for p in ts.problems[s.turn_id])
             hung, fast = await asyncio.gather(run(tools["slow__hang"], {}, ctx(s)),
                                               run(tools["fast__echo"], {"text": "ok"}, ctx(s)))
-            assert hung.is_error and hung.text.startswith("[mcp_timeout]")
+            assert hung.is_error and hung.text.startswith("mcp_timeout: ")
             assert hung.meta["code"] == "mcp_timeout" and hung.untrusted is False
             assert (fast.text, fast.is_error) == ("echo: ok", False)
             # A failed call does not evict a healthy session: the next call reuses it.
@@ -119,34 +121,35 @@ async def test_a_hanging_server_times_out_while_the_other_servers_tools_work() -
 
 
 async def test_read_tool_result_pages_through_all_of_a_200_kb_result(make_ator: Any) -> None:
+    """The toolset hands the result over whole; the registry, the one cutter, stores and
+    pages it under the turn's cap (tests/test_result_paging.py runs it in a turn)."""
     pool = McpPool(loopback_egress())
     async with make_ator(engine=False) as ator, serve_mcp(demo_server()) as url:
         try:
             org = await ator.create_org("paging")
-            results = StoredResults(ator.db, 20_000)
-            ts = McpToolset(Catalog([server("docs", url)]), pool, result_chars=20_000,
-                            stash=results.stash)
+            results = StoredResults(ator.db)
+            ts = McpToolset(Catalog([server("docs", url)]), pool,
+                            companions=(read_tool_result,))
             s = ToolScope(org.id, uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), None, 1)
-            big = {t.name: t for t in await ts.tools(s)}["docs__big"]
+            mounted = {t.name: t for t in await ts.tools(s)}
+            registry = ToolRegistry(mounted.values())
             c = ctx(s, {StoredResults: results})
-            first = await run(big, {}, c)
-            assert first.meta["pages"] == 10
-            ref = first.meta["stored_result"]
-            assert f'read_tool_result(id="{ref}", page=2)' in first.text
-            whole = ""
-            for page in range(1, 11):
-                text = await read_tool_result.handler({"id": ref, "page": page}, c)
-                header, _, body = text.partition("\n")
-                assert f"page {page} of 10" in header
-                whole += body
             expected = "".join(f"{i:07d}\n" for i in range(200_000 // 8))
-            assert whole == expected and len(whole) == 200_000
-            assert re.search(r"page 10 of 10\. This is the last page", text)
+            whole = (await run(mounted["docs__big"], {}, c)).text
+            assert whole == expected
+            [first] = await registry.run_all([ToolCall("t1", "docs__big", {})], lambda _: c,
+                                             default_timeout=10, result_limit=20_000)
+            assert first.truncated_from == 200_000 and len(first.content) <= 20_000
+            ref = re.search(r'read_tool_result\(id="([^"]+)", page=2\)', first.content)
+            assert ref, first.content[-300:]
+            text = await read_tool_result.handler({"id": ref.group(1), "page": 11},
+                                                  replace(c, result_chars=20_000))
+            assert re.search(r"page 11 of 11\. This is the last page", text)
             # Another org cannot read it.
             other = ToolContext(uuid.uuid4(), s.thread_id, s.turn_id, "c",
                                 services={StoredResults: results})
             with pytest.raises(NotFound):
-                await read_tool_result.handler({"id": ref, "page": 1}, other)
+                await read_tool_result.handler({"id": ref.group(1), "page": 1}, other)
         finally:
             await pool.aclose()
 

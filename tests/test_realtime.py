@@ -18,7 +18,7 @@ import socketio  # type: ignore[import-untyped]
 from ator import Ator, Scope
 from ator.api.app import create_app
 from ator.store import keys as key_store
-from tests.conftest import REDIS_URL, new_thread
+from tests.conftest import REDIS_URL, ended, new_thread, wait_for_event
 from tests.realtime_util import Gated, append_notes, member_key, serve
 
 
@@ -277,7 +277,7 @@ async def test_a_socket_that_stops_reading_is_cut_off_and_others_miss_nothing(
 
     import aiohttp
 
-    async with replica(make_ator, Gated(1), socket_outbox=8,
+    async with replica(make_ator, Gated(1), socket_outbox_bytes=64 * 1024,
                        socket_slow_timeout=1.0) as (base, ator, gateway):
         scope, thread = await new_thread(ator, "gated")
         key = await member_key(ator, scope)
@@ -344,3 +344,110 @@ async def test_a_feed_outlives_a_lost_coordinator_connection(one: Any, clients: 
     assert [f["seq"] for f in frames] == list(range(1, 8))
     assert [f["data"]["data"]["text"] for f in frames] == [
         "before", *(f"during{i}" for i in range(5)), "after"]
+
+
+@pytest.mark.parametrize(("text", "cmid", "code"), [
+    ("a\x00b", None, "unstorable_value"),
+    ("hi", "a\x00b", "unstorable_value"),
+    ("hi", "bad id!", "invalid_client_message_id"),
+    ("hi", "x" * 201, "invalid_client_message_id"),
+    ("hi", "", "invalid_client_message_id"),
+    ("hi", 5, "invalid_client_message_id"),
+    ("   ", None, "empty_message"),
+    ("x" * 100_001, None, "message_too_long"),
+], ids=["nul-text", "nul-id", "id-pattern", "id-long", "id-empty", "id-number", "empty",
+        "long"])
+async def test_send_and_post_refuse_the_same_messages_with_the_same_codes(
+        one: Any, clients: Any, text: Any, cmid: Any, code: str) -> None:
+    import httpx
+
+    base, ator, _, _ = one
+    scope, thread = await new_thread(ator, "gated")
+    key = await member_key(ator, scope)
+    c = clients()
+    await c.connect(base, key)
+    body: dict[str, Any] = {"text": text}
+    if cmid is not None:
+        body["client_message_id"] = cmid
+    ack = await c.call("send", thread_id=str(thread.id), **body)
+    async with httpx.AsyncClient(base_url=base) as http:
+        posted = await http.post(f"/v1/threads/{thread.id}/messages", json=body,
+                                 headers={"Authorization": f"Bearer {key}"})
+    assert posted.status_code == 422, posted.text
+    assert (ack["ok"], ack["error"]["code"]) == (False, code), ack
+    assert posted.json()["code"] == code, posted.text
+    assert ack["error"]["detail"] == posted.json()["detail"]
+    assert await ator.events(scope, thread.id) == []  # nothing was taken in
+
+
+async def test_an_unknown_event_gets_an_error_ack(one: Any, clients: Any) -> None:
+    base, ator, _, _ = one
+    scope, thread = await new_thread(ator, "gated")
+    c = clients()
+    await c.connect(base, await member_key(ator, scope))
+    ack = await c.sio.call("sned", {"thread_id": str(thread.id)}, timeout=5)
+    assert ack["ok"] is False and ack["error"]["code"] == "unknown_command", ack
+    assert "join, leave, send, stop" in ack["error"]["detail"]
+    assert (await c.call("join", thread_id=str(thread.id)))["ok"]  # the socket still works
+
+
+async def test_a_stalled_websocket_is_disconnected_by_the_slow_timeout_under_default_bounds(
+    make_ator: Any, clients: Any, monkeypatch: Any
+) -> None:
+    """Issue 17, D8: the outbox is weighed in bytes and time, not frames. Under the default
+    byte bound, a raw WebSocket that stops reading while a turn streams deltas and a few
+    MB of big frames is cut within the slow timeout of its stall; another socket on the
+    thread gets every frame."""
+    import json
+    import time
+
+    import aiohttp
+
+    gated = Gated(pieces=40)
+    timeout = 1.0
+    async with replica(make_ator, gated, socket_slow_timeout=timeout) as (base, ator, gateway):
+        scope, thread = await new_thread(ator, "gated")
+        key = await member_key(ator, scope)
+        dropped = asyncio.Event()
+        drop = gateway._drop
+
+        async def observed(sid: str) -> None:
+            await drop(sid)
+            dropped.set()
+
+        monkeypatch.setattr(gateway, "_drop", observed)
+        good = clients()
+        await good.connect(base, key)
+        assert (await good.call("join", thread_id=str(thread.id)))["ok"]
+        async with aiohttp.ClientSession() as http, http.ws_connect(
+            base.replace("http", "ws") + "/socket.io/?EIO=4&transport=websocket",
+            autoping=False, max_msg_size=0,
+        ) as slow:
+            assert (await slow.receive_str()).startswith("0")
+            await slow.send_str("40" + json.dumps({"key": key}))
+            assert (await slow.receive_str()).startswith("40")
+            await slow.send_str("421" + json.dumps(["join", {"thread_id": str(thread.id)}]))
+            assert (await slow.receive_str()).startswith("431")
+            # From here `slow` reads nothing. A turn streams deltas between big frames:
+            # 80 x 100 KB, far fewer frames than any frame-count bound would notice.
+            await ator.submit(scope, thread.id, "go")
+            big = "x" * 100_000
+            last = time.monotonic()
+            for i in range(80):
+                await append_notes(ator, scope, thread.id, [f"{i} {big}"])
+                if i % 2:
+                    gated.release()
+                last = time.monotonic()
+                if dropped.is_set():
+                    break
+            gated.release(40)
+            async with asyncio.timeout(timeout + 5):
+                await dropped.wait()
+            assert time.monotonic() - last < timeout + 5
+            assert gateway.connections == 1
+        await wait_for_event(ator, scope, thread.id, ended)
+        total = (await ator.events(scope, thread.id, after_seq=0, limit=1000))[-1].seq
+        frames = await good.until(lambda f: len(good.persisted()) >= total, timeout=60)
+        assert [f["seq"] for f in good.persisted()] == list(range(1, total + 1))
+        assert good.of_type("delta") and frames
+        assert good.sio.connected

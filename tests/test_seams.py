@@ -155,7 +155,8 @@ async def test_a_tool_raising_keyerror_is_an_error_result_the_model_reads(make_a
         result = await asyncio.wait_for(ator.ask(scope, thread.id, "go"), 1.0)
     assert result.stop_reason == "end_turn"
     block = provider.requests[1].messages[-1]["content"][0]
-    assert block["is_error"] is True and "KeyError" in block["content"]
+    # A typed code and the error's own words, never the Python class name (issue 17, D6).
+    assert (block["is_error"], block["content"]) == (True, "internal_error: 'missing'")
 
 
 class Exploding:

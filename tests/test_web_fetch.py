@@ -60,7 +60,7 @@ async def test_the_body_is_capped() -> None:
 async def test_web_fetch_passes_the_ssrf_matrix() -> None:
     async def surface(url: str, egress: Egress) -> None:
         result = await fetch(egress, url)
-        if result.text.startswith("[egress_blocked]"):
+        if result.text.startswith("egress_blocked: "):
             raise EgressBlocked(url, result.text)
 
     await assert_ssrf_refused(surface)

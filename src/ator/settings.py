@@ -140,9 +140,6 @@ class Settings(BaseSettings):
     mcp_session_idle_ttl: float = Field(default=300.0, gt=0)
     mcp_max_sessions: int = Field(default=500, ge=1)
     mcp_max_sessions_per_org: int = Field(default=50, ge=1)
-    # What the model reads of one MCP result at once; longer ones are stored whole and paged
-    # with read_tool_result.
-    mcp_result_chars: int = Field(default=20_000, ge=100)
     mcp_description_chars: int = Field(default=2_000, ge=50)
     # How long a replica reuses an org's MCP server list and a setup's tool policy at turn
     # start (writes through the same replica are seen at once).
@@ -176,13 +173,13 @@ class Settings(BaseSettings):
     # Console sessions (a key exchanged for a cookie at POST /v1/sessions) last this long.
     session_ttl: float = Field(default=12 * 3600.0, gt=0, le=90 * 86400.0)
     # Socket gateway (per replica): connections per user and org, threads one socket may
-    # follow at once, and persisted frames queued to one socket before it is made to wait
-    # (a socket that does not drain within socket_slow_timeout seconds is disconnected and
-    # resumes from the database with after_seq).
+    # follow at once, and the bytes queued to one socket before it is sent no more persisted
+    # frames and made to wait (a socket whose queue has not drained for socket_slow_timeout
+    # seconds is disconnected and resumes from the database with after_seq).
     max_sockets_per_user: int = Field(default=20, ge=1)
     max_sockets_per_org: int = Field(default=2000, ge=1)
     max_socket_rooms: int = Field(default=32, ge=1)
-    socket_outbox: int = Field(default=256, ge=8)
+    socket_outbox_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
     socket_slow_timeout: float = Field(default=10.0, gt=0)
     socket_recheck_interval: float = Field(default=30.0, gt=0)  # revoked keys lose sockets
     # /metrics answers only with this bearer token; unset, /metrics is 404.

@@ -1,4 +1,5 @@
-"""Request bodies (layer: api; imports pydantic). Every body is validated before use.
+"""Request bodies (layer: api; imports pydantic, security.limits). Every body is validated
+before use, and NUL is refused in every one (`unstorable_value`).
 
 The free-form fields (a setup's `config` and `tool_policy`, a thread's `metadata`) are typed
 and bounded by the runtime where they are written (`providers.config`, `tools.policy`,
@@ -12,7 +13,9 @@ from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ator.security.limits import CLIENT_MESSAGE_ID, MESSAGE_CHARS, check_storable
 
 __all__ = [
     "KeyIn",
@@ -42,6 +45,15 @@ _METADATA = "Free-form JSON of the caller's: at most 64 KiB, 16 levels deep, 200
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        # NUL in any field is refused here, for every body, with `unstorable_value` (a
+        # ValidationFailed passes through pydantic to the problem handler): never the
+        # database's own "invalid byte sequence".
+        check_storable(data)
+        return data
 
 
 def _usd() -> Any:
@@ -112,9 +124,13 @@ class ThreadIn(_Body):
 
 
 class MessageIn(_Body):
-    text: str = Field(min_length=1, max_length=100_000)
-    client_message_id: str | None = Field(default=None, min_length=1, max_length=200,
-                                          pattern=r"^[A-Za-z0-9._:\-]+$")
+    """Checked by the runtime's one message rule (`security.limits.check_message`), the same
+    for the socket's `send`: the constraints below are documentation, not a second copy."""
+
+    text: Any = Field(json_schema_extra={"type": "string", "minLength": 1,
+                                         "maxLength": MESSAGE_CHARS})
+    client_message_id: Any = Field(default=None, json_schema_extra={
+        "type": ["string", "null"], "pattern": CLIENT_MESSAGE_ID})
 
 
 class PolicyIn(_Body):

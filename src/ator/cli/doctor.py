@@ -1,5 +1,5 @@
 """`ator doctor`: is this installation ready, and what is missing (layer: cli; imports
-settings, store.database, coord, security, providers, cli.*).
+settings, store.database, coord, security, net, providers, cli.*).
 
 Checks without changing anything (it does not migrate): the database answers and its schema
 is at the head migration (required), the coordinator answers (required when ATOR_REDIS_URL is
@@ -30,6 +30,8 @@ from ator.cli.openfiles import plan_files
 from ator.cli.render import console
 from ator.coord import coordinator_from_url
 from ator.errors import AtorError
+from ator.net.egress import Egress
+from ator.net.guard import origin
 from ator.providers.registry import default_provider
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
@@ -81,7 +83,7 @@ async def run_checks(settings: Settings) -> list[Check]:
     checks.append(await _coordinator(settings))
     checks.append(_master_key(settings))
     checks.append(_open_files(settings))
-    checks.extend(_hosted(settings))
+    checks.extend(await _hosted(settings))
     checks.append(_local_model())
     provider, model = default_provider(settings)
     checks.append(Check("default provider", "info",
@@ -213,14 +215,16 @@ def _writable(directory: Path) -> bool:
     return os.access(directory, os.W_OK)
 
 
-def _hosted(settings: Settings) -> list[Check]:
+async def _hosted(settings: Settings) -> list[Check]:
     out = []
     for name, key, url, env in (
         ("anthropic", settings.anthropic_api_key, settings.anthropic_base_url, "ANTHROPIC"),
         ("openai", settings.openai_api_key, settings.openai_base_url, "OPENAI"),
     ):
         where = f" · base URL {url}" if url else ""
-        if key is not None:
+        if url and (refused := await _unreachable(settings, url, env)) is not None:
+            out.append(refused)
+        elif key is not None:
             out.append(Check(f"provider {name}", "ok", f"ATOR_{env}_API_KEY is set{where}"))
         else:
             out.append(Check(
@@ -228,6 +232,24 @@ def _hosted(settings: Settings) -> list[Check]:
                 fix=f"set ATOR_{env}_API_KEY, or give setups config.api_key = 'secret:NAME' "
                     "(an org secret)"))
     return out
+
+
+async def _unreachable(settings: Settings, url: str, env: str) -> Check | None:
+    """What a turn's client to the operator's endpoint would meet at the egress guard (the
+    same rule the provider registry builds: the endpoint's own origin allowed), or None."""
+    name = env.lower()
+    try:
+        scheme, host, port = origin(url)
+        guard = Egress.from_settings(settings).for_endpoint(url).guard
+        await asyncio.wait_for(guard.admit(scheme, host, port), _TIMEOUT)
+    except AtorError as exc:
+        return Check(f"provider {name}", "fail", f"ATOR_{env}_BASE_URL {url}: {exc.message}",
+                     fix=f"fix ATOR_{env}_BASE_URL")
+    except (OSError, TimeoutError) as exc:
+        return Check(f"provider {name}", "warn",
+                     f"ATOR_{env}_BASE_URL {url}: {host} does not resolve: {exc}",
+                     fix=f"check the host name in ATOR_{env}_BASE_URL")
+    return None
 
 
 def _local_model() -> Check:

@@ -1,9 +1,11 @@
 """MCP servers as org resources, and what turns mount from them (layer: engine; imports
-store.mcp_servers, store.secrets, mcp.*, tools.base, net, errors).
+store.mcp_servers, store.secrets, mcp.*, tools.base, tools.results, net, security.limits,
+errors).
 
 `McpService` owns the session pool, the per-turn `McpToolset`, the stored-results service
-that `read_tool_result` pages through, and the catalog a turn reads (the org's enabled
-servers with their secret references resolved). `McpMethods` is mixed into `Ator`: CRUD
+that `read_tool_result` pages through (tools/results.py; the registry decides the pages),
+and the catalog a turn reads (the org's enabled servers with their secret references
+resolved). `McpMethods` is mixed into `Ator`: CRUD
 and `test_mcp_server` with the checks a tenant's input needs — http only (stdio servers
 come from the operator's settings), a URL the egress guard may reach, headers as secret
 references only.
@@ -12,7 +14,6 @@ references only.
 from __future__ import annotations
 
 import logging
-import math
 import re
 import time
 import uuid
@@ -23,12 +24,13 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from ator.errors import AtorError, SecretError, ToolError, ValidationFailed
+from ator.errors import AtorError, EgressBlocked, SecretError, ValidationFailed
 from ator.mcp.client import McpEndpoint, McpSession, RemoteTool
 from ator.mcp.pool import McpPool
 from ator.mcp.toolset import McpToolset, MountedServer
 from ator.net.egress import Egress
 from ator.security.crypto import MasterKey
+from ator.security.limits import check_storable
 from ator.settings import Settings
 from ator.store import mcp_servers as server_store
 from ator.store import secrets as secret_store
@@ -36,7 +38,8 @@ from ator.store import setups as setup_store
 from ator.store.database import Database
 from ator.store.mcp_servers import McpServer
 from ator.store.scope import Scope
-from ator.tools.base import Tool, ToolContext
+from ator.tools.base import Tool
+from ator.tools.results import StoredResults, read_tool_result
 from ator.tools.toolset import OrgToolScope, ToolScope
 from ator.tools.web import web_fetch_tool
 
@@ -80,51 +83,6 @@ def _invalid(exc: ValidationError) -> ValidationFailed:
                             errors=errors)
 
 
-class StoredResults:
-    """Tool results too long for one read, stored whole per org and thread."""
-
-    def __init__(self, db: Database, page_chars: int) -> None:
-        self.db = db
-        self.page_chars = page_chars
-
-    async def stash(self, ctx: ToolContext, text: str) -> str:
-        thread_id, _ = ctx.in_turn()
-        rid = await server_store.save_result(self.db, Scope(ctx.org_id), thread_id, text)
-        return str(rid)
-
-    async def page(self, org_id: UUID, result_id: str, page: int) -> tuple[str, int]:
-        try:
-            rid = UUID(result_id)
-        except ValueError:
-            raise ToolError(f"{result_id!r} is not a stored result id") from None
-        text = await server_store.read_result(self.db, Scope(org_id), rid)
-        pages = max(1, math.ceil(len(text) / self.page_chars))
-        if not 1 <= page <= pages:
-            raise ToolError(f"page {page} does not exist; pages are 1..{pages}")
-        start = (page - 1) * self.page_chars
-        return text[start:start + self.page_chars], pages
-
-
-async def _read_tool_result(args: dict[str, Any], ctx: ToolContext) -> str:
-    results = ctx.service(StoredResults)
-    page = int(args.get("page", 1))
-    text, pages = await results.page(ctx.org_id, str(args["id"]), page)
-    more = f" Next: read_tool_result(id=\"{args['id']}\", page={page + 1})." \
-        if page < pages else " This is the last page."
-    return f"[stored result {args['id']}: page {page} of {pages}.{more}]\n{text}"
-
-
-read_tool_result = Tool(
-    name="read_tool_result",
-    description="Read one page of a tool result that was too long to show at once "
-                "(the cut result names its id and the page count).",
-    input_schema={"type": "object", "properties": {
-        "id": {"type": "string"}, "page": {"type": "integer", "minimum": 1}},
-        "required": ["id"], "additionalProperties": False},
-    handler=_read_tool_result, read_only=True,
-)
-
-
 class McpService:
     """The process's MCP machinery (one per `Ator`)."""
 
@@ -137,13 +95,12 @@ class McpService:
         self.pool = McpPool(self.egress, idle_ttl=settings.mcp_session_idle_ttl,
                             max_sessions=settings.mcp_max_sessions,
                             max_per_org=settings.mcp_max_sessions_per_org)
-        self.results = StoredResults(db, settings.mcp_result_chars)
+        self.results = StoredResults(db)
         self.recent = _Recent(settings.mcp_catalog_ttl)
         self.gated = PolicyGated(db, [web_fetch_tool(self.egress)], settings.mcp_catalog_ttl)
         self.toolset = McpToolset(self, self.pool,
                                   description_chars=settings.mcp_description_chars,
-                                  result_chars=settings.mcp_result_chars,
-                                  stash=self.results.stash, companions=(read_tool_result,),
+                                  companions=(read_tool_result,),
                                   search_threshold=settings.mcp_tool_search_threshold)
 
     async def aclose(self) -> None:
@@ -250,6 +207,7 @@ class McpMethods:
     mcp: McpService
 
     def _check_server(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        check_storable(dict(values))  # NUL: `unstorable_value`, as in every request body
         try:
             parsed = McpServerIn.model_validate(dict(values))
         except ValidationError as exc:
@@ -270,7 +228,11 @@ class McpMethods:
             raise ValidationFailed("url: required for an http MCP server",
                                    code="invalid_mcp_server",
                                    errors=[{"loc": ["url"], "msg": "required", "type": "missing"}])
-        self.mcp.egress.guard.check_url(parsed.url)  # EgressBlocked for a private literal
+        try:  # a private literal or a loopback name is refused now, not at the first call
+            self.mcp.egress.guard.check_url(parsed.url)
+        except EgressBlocked as exc:
+            raise ValidationFailed(f"url: {exc.message}", code=exc.code, errors=[
+                {"loc": ["url"], "msg": exc.message, "type": exc.code}]) from None
         out = parsed.model_dump(exclude={"token"})
         if parsed.token is not None:
             out["headers"] = {**out["headers"], "Authorization": f"Bearer {parsed.token}"}

@@ -54,7 +54,7 @@ from ator.providers.base import Provider
 from ator.providers.config import ConfigPolicy, ProviderConfig
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey, load_or_create_key_file
-from ator.security.limits import refuse
+from ator.security.limits import check_message, refuse
 from ator.security.redact import restore_redacted
 from ator.settings import Settings
 from ator.store import events as event_store
@@ -74,8 +74,6 @@ from ator.tools.policy import parse_tool_policy
 from ator.tools.toolset import OrgToolset, StaticToolset, Toolset
 
 __all__ = ["Ator", "TurnResult"]
-
-_MAX_TEXT = 100_000
 
 
 class _ActorWaker:
@@ -423,11 +421,7 @@ class Ator(McpMethods):
 
         Idempotent per `client_message_id`: a resend returns the first item and
         `created=False`, and runs nothing. Returns (item, created)."""
-        if not text.strip():
-            raise ValidationFailed("message text is empty", code="empty_message")
-        if len(text) > _MAX_TEXT:
-            raise ValidationFailed(f"message text exceeds {_MAX_TEXT} characters",
-                                   code="message_too_long")
+        check_message(text, client_message_id)  # the one rule, whatever the transport
         cmid = client_message_id or uuid.uuid4().hex
         async with self._ingest:
             item, created = await mailbox_store.submit(

@@ -1,5 +1,5 @@
-"""The org's MCP tools as a per-turn `Toolset` (layer: mcp; imports tools.base, mcp.client,
-mcp.pool, errors).
+"""The org's MCP tools as a per-turn `Toolset` (layer: mcp; imports tools.base, tools.failure,
+mcp.client, mcp.pool, errors).
 
 Each server's tools are mounted as `server__tool` (origin `mcp:<server>`), filtered by the
 server's allow/deny globs (on the tool's own name or its mounted name). Descriptions are
@@ -21,7 +21,7 @@ import fnmatch
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from uuid import UUID
@@ -33,6 +33,7 @@ from ator.mcp.client import McpEndpoint, RemoteTool
 from ator.mcp.pool import McpPool, SessionKey
 from ator.mcp.search import ToolIndex, search_tool
 from ator.tools.base import Tool, ToolContext, ToolResult
+from ator.tools.failure import failure
 from ator.tools.toolset import ToolScope
 
 __all__ = ["McpCatalog", "McpToolset", "MountedServer", "mounted_name", "render_result"]
@@ -102,15 +103,6 @@ def render_result(result: types.CallToolResult) -> tuple[str, dict[str, Any]]:
     return "\n".join(parts), {"content_types": kinds}
 
 
-def _failure(exc: AtorError) -> ToolResult:
-    facts = getattr(exc, "facts", {})
-    return ToolResult(f"[{exc.code}] {exc.message}", is_error=True, untrusted=False,
-                      meta={"code": exc.code, **facts})
-
-
-Stash = Callable[[ToolContext, str], Awaitable[str]]
-
-
 @dataclass
 class _Turn:
     """What one turn mounts: every MCP tool, and in search mode the index and the tools
@@ -130,8 +122,6 @@ class McpToolset:
     pool: McpPool
     description_chars: int = 2_000
     schema_chars: int = 16_000  # a larger input schema is not mounted (it cannot be cut)
-    result_chars: int = 20_000
-    stash: Stash | None = None  # stores a result over `result_chars` whole
     # Offered with the MCP tools when there are any (read_tool_result pages stored results).
     companions: Sequence[Tool] = ()
     # Above this many MCP tools, mount tool_search instead of them all (None: never).
@@ -219,23 +209,16 @@ class McpToolset:
         if len(description) > self.description_chars:
             marker = " [description cut]"
             description = description[: self.description_chars - len(marker)] + marker
-        pool, limit, stash = self.pool, self.result_chars, self.stash
+        pool = self.pool
 
         async def handler(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             try:
                 result = await pool.call(key, endpoint, remote.name, args,
                                          read_only=remote.read_only)
             except AtorError as exc:
-                return _failure(exc)
+                return failure(exc, tool=name)
+            # Whole: the registry cuts or pages it to the turn's cap (tools/results.py).
             text, meta = render_result(result)
-            if len(text) > limit and stash is not None:
-                ref = await stash(ctx, text)
-                pages = -(-len(text) // limit)
-                text = (f"{text[:limit]}\n[result cut: showing {limit} of {len(text)} "
-                        f"characters; the whole result is stored. Call "
-                        f"read_tool_result(id=\"{ref}\", page=2) for the next page "
-                        f"(pages 1..{pages})]")
-                meta = {**meta, "stored_result": ref, "pages": pages}
             return ToolResult(text, is_error=bool(result.is_error), untrusted=True, meta=meta)
 
         return Tool(name=name, description=description,

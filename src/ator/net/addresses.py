@@ -12,13 +12,25 @@ import ipaddress
 import socket
 from typing import Final
 
-__all__ = ["IPAddress", "embedded_ipv4", "parse_ip", "refusal"]
+__all__ = ["IPAddress", "embedded_ipv4", "loopback_name", "parse_ip", "refusal"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _CGNAT: Final = ipaddress.IPv4Network("100.64.0.0/10")
 _NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
 _IPV4_COMPATIBLE: Final = ipaddress.IPv6Network("::/96")
+
+
+# Names that mean this machine whatever DNS says (RFC 6761 `localhost` and its subdomains;
+# the spellings /etc/hosts files ship): judged without a lookup, like an address literal.
+_LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost.localdomain", "ip6-localhost",
+                                    "ip6-loopback"})
+
+
+def loopback_name(host: str) -> bool:
+    """Whether `host` is a name for this machine (`localhost`, `x.localhost`, …)."""
+    name = host.strip().lower().removesuffix(".")
+    return name in _LOOPBACK_NAMES or name.endswith(".localhost")
 
 
 def parse_ip(host: str) -> IPAddress | None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 import httpx
 import httpx2
 
 from ator.net import httpx2_transport, httpx_transport
-from ator.net.guard import EgressGuard, EgressPolicy
+from ator.net.guard import EgressGuard, EgressPolicy, origin
 from ator.net.h1 import H1Transport
 from ator.net.resolver import Resolver
 from ator.settings import Settings
@@ -43,6 +44,14 @@ class Egress:
     @property
     def policy(self) -> EgressPolicy:
         return self.guard.policy
+
+    def for_endpoint(self, url: str) -> Egress:
+        """The same rule plus exactly `url`'s scheme, host and port: for the clients of an
+        endpoint the operator configured (ATOR_*_BASE_URL), which may be on loopback or a
+        private network because the operator said so. Nothing else gets the exception: a
+        tenant's client to the same host is built on the plain rule."""
+        policy = replace(self.policy, allow_origins=self.policy.allow_origins | {origin(url)})
+        return Egress(policy, self.guard.resolver)
 
     def httpx_client(
         self,

@@ -20,7 +20,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from ator.errors import ConfigError, EgressBlocked
-from ator.net.addresses import IPAddress, embedded_ipv4, parse_ip, refusal
+from ator.net.addresses import IPAddress, embedded_ipv4, loopback_name, parse_ip, refusal
 from ator.net.resolver import Resolver, SystemResolver
 from ator.settings import Settings
 
@@ -30,6 +30,7 @@ __all__ = [
     "EgressGuard",
     "EgressPolicy",
     "egress_refusal",
+    "origin",
     "pinned",
     "pinned_addresses",
 ]
@@ -48,10 +49,14 @@ class EgressPolicy:
 
     `allow_hosts` are exact host names (case-insensitive, no trailing dot); a name listed here
     may resolve anywhere. `allow_networks` are addresses/CIDRs that may be reached whatever
-    name led there. An allowlisted destination may use plain http; any other needs https."""
+    name led there. `allow_origins` are exact (scheme, host, port) triples: the endpoints the
+    operator configured in the environment (ATOR_*_BASE_URL), allowed only on the clients
+    built for them (`Egress.for_endpoint`), never on a tenant's. An allowlisted destination
+    may use plain http; any other needs https."""
 
     allow_hosts: frozenset[str] = frozenset()
     allow_networks: tuple[Network, ...] = ()
+    allow_origins: frozenset[tuple[str, str, int]] = frozenset()
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
     max_response_bytes: int = 64 * 1024 * 1024
@@ -72,12 +77,31 @@ class EgressPolicy:
     def allows_host(self, host: str) -> bool:
         return _normal(host) in self.allow_hosts
 
+    def allows_origin(self, scheme: str, host: str, port: int) -> bool:
+        return (scheme, _normal(host), port) in self.allow_origins
+
     def allows_ip(self, ip: IPAddress) -> bool:
         candidates: list[IPAddress] = [ip]
         if isinstance(ip, ipaddress.IPv6Address) and (inner := embedded_ipv4(ip)) is not None:
             candidates.append(inner)
         return any(c in net for c in candidates for net in self.allow_networks
                    if c.version == net.version)
+
+
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_LOOPBACK: Final = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a URL, the port made explicit; ConfigError when malformed."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ConfigError(f"not a valid URL: {url!r}") from exc
+    if parts.scheme not in _DEFAULT_PORTS or not host:
+        raise ConfigError(f"not an http(s) URL with a host: {url!r}")
+    return parts.scheme, _normal(host), port or _DEFAULT_PORTS[parts.scheme]
 
 
 def parse_allowlist(entries: Iterable[str]) -> tuple[frozenset[str], tuple[Network, ...]]:
@@ -122,8 +146,9 @@ class EgressGuard:
 
     def check_url(self, url: str) -> None:
         """Judge what can be judged without DNS, when a URL is accepted (e.g. a setup's
-        base_url): the scheme, and a host that is an address in any spelling (`0177.0.0.1`,
-        which httpx would otherwise reject as malformed rather than refuse). The transport
+        base_url): the scheme, a host that is an address in any spelling (`0177.0.0.1`,
+        which httpx would otherwise reject as malformed rather than refuse) or a name for this
+        machine (`localhost`, `app.localhost`). The transport
         still admits every request. Raises EgressBlocked, or ConfigError for a malformed URL."""
         try:
             parts = urlsplit(url)
@@ -138,6 +163,10 @@ class EgressGuard:
         allowed = self.policy.allows_host(host) or (ip is not None and self.policy.allows_ip(ip))
         if ip is not None and not allowed and (why := refusal(ip)) is not None:
             raise EgressBlocked(host, f"address {ip} is {why}; not in ATOR_EGRESS_ALLOW")
+        if ip is None and not allowed and loopback_name(host) and not any(
+                self.policy.allows_ip(a) for a in _LOOPBACK):  # admit judges what it resolves
+            raise EgressBlocked(host, f"{host} names this machine (loopback); "
+                                      "not in ATOR_EGRESS_ALLOW")
 
     async def admit(self, scheme: str, host: str, port: int) -> Destination:
         """Resolve `host` once and check every address. Raises EgressBlocked naming the host
@@ -146,7 +175,8 @@ class EgressGuard:
         name = _normal(host)
         if scheme not in ("http", "https"):
             raise EgressBlocked(host, f"scheme {scheme!r} is not http or https")
-        name_allowed = self.policy.allows_host(name)
+        name_allowed = (self.policy.allows_host(name)
+                        or self.policy.allows_origin(scheme, name, port))
         literal = parse_ip(name)
         if literal is not None:
             addresses = [literal]

@@ -73,10 +73,16 @@ async def _http(name: str, config: Mapping[str, Any], ctx: BuildContext) -> Reci
     kwargs = await _client_arguments(name, config, ctx)
     # Every argument the client is built with shapes it, so every one is in the key
     # (credentials only as a hash of the whole).
-    key = (name, hashlib.sha256(json.dumps(kwargs, sort_keys=True).encode()).hexdigest())
+    # The endpoint the operator configured is reachable wherever it is (a local vLLM on
+    # 127.0.0.1): the process endpoint's client gets exactly that origin allowed, nothing
+    # more; a tenant's base_url naming the same URL does not, so the key tells them apart.
+    operator = not config.get("base_url") and kwargs["base_url"] is not None
+    key = (name, hashlib.sha256(json.dumps(kwargs, sort_keys=True).encode()).hexdigest(),
+           str(operator))
 
     async def build() -> Built:
-        http_client = ctx.egress.httpx2_client(
+        egress = ctx.egress.for_endpoint(kwargs["base_url"]) if operator else ctx.egress
+        http_client = egress.httpx2_client(
             timeout=kwargs["timeout"], secret_headers=kwargs["default_headers"]
         )
         provider: Any  # the SDK is loaded by now (the registry awaits the preload first)

@@ -1,5 +1,5 @@
 """One live feed per followed thread per replica, shared by its sockets (layer: realtime;
-imports engine.stream, socketio/engineio packets).
+imports engine.stream, realtime.outbox, socketio/engineio packets).
 
 A thousand sockets on one thread must not mean a thousand subscriptions, JSON parses and
 encodes of every frame: a `Feed` reads the thread once (engine.stream.open_feed: live, with
@@ -13,11 +13,12 @@ check and the membership change happen with no await between them, and so do the
 "advance seq, snapshot members": a frame is either in the catch-up or in the feed, never
 both, never neither.
 
-Bounded memory per socket: a member whose transport queue holds `outbox` packets is not
-sent more persisted frames; it is demoted to a catch-up from its own seq, which waits for
-its queue to drain (a socket that does not drain within `slow_timeout` is disconnected and
-resumes with after_seq later). Token deltas are volatile: dropped for a member whose queue
-holds more than a few packets.
+Bounded memory per socket, by bytes (realtime.outbox): a member whose outbox holds
+`outbox_bytes` is not sent more persisted frames; it is demoted to a catch-up from its own
+seq, which waits for its outbox to drain (a socket that does not drain within
+`slow_timeout` is disconnected and resumes with after_seq later; the gateway's sweep
+disconnects any socket stalled that long). Token deltas are volatile: dropped for a member
+whose outbox holds more than a little.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ator.engine.runtime import Ator
 from ator.engine.stream import FRAME_VERSION, open_feed, read_frames, resume_feed
 from ator.errors import AtorError, CoordinationError
 from ator.obs.logging import get_logger
+from ator.realtime.outbox import Outbox
 from ator.store.scope import Scope
 
 __all__ = ["Feeds", "Follow"]
@@ -42,6 +44,7 @@ __all__ = ["Feeds", "Follow"]
 log = get_logger("ator.realtime.feed")
 
 VOLATILE_BACKLOG = 16  # queued packets past which a socket's token deltas are dropped
+VOLATILE_BYTES = 64 * 1024  # ...or queued bytes
 _PAGE = 200
 _RECHECK = 5.0  # quiet seconds after which a feed re-reads the database (lost notices)
 _RETRY = (0.2, 5.0)  # first and longest pause before a failed feed resumes
@@ -70,11 +73,12 @@ class Feed:
 class Feeds:
     """The feeds of one gateway, by thread."""
 
-    def __init__(self, sio: socketio.AsyncServer, ator: Callable[[], Ator], *, outbox: int,
-                 slow_timeout: float, disconnect: Callable[[str], None]) -> None:
+    def __init__(self, sio: socketio.AsyncServer, ator: Callable[[], Ator], *,
+                 outbox_bytes: int, slow_timeout: float,
+                 disconnect: Callable[[str], None]) -> None:
         self.sio = sio
         self._ator = ator
-        self.outbox, self.slow_timeout = outbox, slow_timeout
+        self.outbox_bytes, self.slow_timeout = outbox_bytes, slow_timeout
         self._disconnect = disconnect
         self._feeds: dict[UUID, Feed] = {}
         self._opening: dict[UUID, asyncio.Lock] = {}
@@ -163,10 +167,10 @@ class Feeds:
             if queue is None:
                 continue
             if not persisted and frame["type"] == "delta":
-                if queue.qsize() >= VOLATILE_BACKLOG:
+                if queue.qsize() >= VOLATILE_BACKLOG or queue.bytes >= VOLATILE_BYTES:
                     follow.dropped_deltas += 1
                     continue
-            elif persisted and queue.qsize() >= self.outbox:
+            elif persisted and queue.bytes >= self.outbox_bytes:
                 del feed.members[follow.sid]  # lagging: resume from its seq once drained
                 follow.catching_up = asyncio.get_running_loop().create_task(
                     self._catch_up(feed, follow))
@@ -203,9 +207,9 @@ class Feeds:
                 queue.put_nowait(self._packet(_error(follow.thread_id, problem)))
             self._spawn_unfollow(follow)
 
-    async def _drained(self, follow: Follow) -> asyncio.Queue[Any] | None:
+    async def _drained(self, follow: Follow) -> Outbox | None:
         queue = self._queue(follow)
-        if queue is not None and queue.qsize() >= self.outbox:
+        if queue is not None and queue.bytes >= self.outbox_bytes:
             try:
                 async with asyncio.timeout(self.slow_timeout):
                     await queue.join()
@@ -215,11 +219,11 @@ class Feeds:
                 return None
         return queue
 
-    def _queue(self, follow: Follow) -> asyncio.Queue[Any] | None:
+    def _queue(self, follow: Follow) -> Outbox | None:
         sock = self.sio.eio.sockets.get(follow.eio_sid)
         if sock is None or sock.closed:
             return None
-        queue: asyncio.Queue[Any] = sock.queue
+        queue: Outbox = sock.queue  # realtime.outbox.Server makes every queue an Outbox
         return queue
 
     @staticmethod

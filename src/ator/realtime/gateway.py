@@ -1,5 +1,6 @@
 """The socket gateway: socket.io on ASGI in the API's app (layer: realtime; imports socketio,
-engine.runtime, engine.stream, store.keys, security.sessions, realtime.connection).
+engine.runtime, engine.stream, store.keys, security.sessions, realtime.connection,
+realtime.outbox).
 
 Connect with an API key (`auth={"key": ...}` or `Authorization: Bearer`), or with the
 console's session cookie plus its CSRF token (`auth={"csrf": ...}`: a page on another site
@@ -15,8 +16,11 @@ Commands, each acknowledged with `{"ok": true, ...}` or `{"ok": false, "error": 
   live (no gap, no duplicate); joining again restarts from the new cursor.
 - `leave {thread_id}`; `send {thread_id, text, client_message_id}` (member);
   `stop {thread_id}` (member).
+Any other event name is answered `{"ok": false, "error": {"code": "unknown_command", …}}`.
+`send` is checked by the runtime's one message rule, as `POST …/messages` is.
 
-Token deltas are volatile: dropped for a socket whose transport lags. The org room gets
+Token deltas are volatile: dropped for a socket whose transport lags. A socket whose outbox
+(realtime.outbox) has not drained for `ATOR_SOCKET_SLOW_TIMEOUT` is disconnected. The org room gets
 `turn.started` (with the thread's `parent_id` / `root_id`, so a subagent tree view knows a
 new child) / `turn.ended` (busy/idle, with usage and cost) from the replica running the
 turn; with `ATOR_REDIS_URL` the socket.io Redis manager carries them (and any room emit) to
@@ -48,6 +52,7 @@ from ator.obs.logging import get_logger
 from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
 from ator.realtime.managers import LocalManager, RedisManager
+from ator.realtime.outbox import Outbox, Server
 from ator.security.sessions import SESSION_COOKIE, csrf_valid
 from ator.store.records import Event, Principal
 from ator.store.scope import Scope
@@ -64,6 +69,12 @@ class Unauthenticated(AtorError):
     kind = "auth"
     code = "unauthenticated"
     status = 401
+
+
+class UnknownCommand(AtorError):
+    kind = "validation"
+    code = "unknown_command"
+    status = 404
 
 
 def org_frame(thread_id: UUID, event: Event) -> dict[str, Any] | None:
@@ -92,9 +103,8 @@ class Gateway:
         manager = (RedisManager(redis_url, channel=channel) if redis_url else LocalManager())
         # cors_allowed_origins=None: a browser's socket is accepted from this server's own
         # origin only (the console at /ui); clients that send no Origin are not browsers.
-        self.sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager,
-                                        cors_allowed_origins=None, logger=False,
-                                        engineio_logger=False)
+        self.sio = Server(async_mode="asgi", client_manager=manager,
+                          cors_allowed_origins=None, logger=False, engineio_logger=False)
         self.asgi = socketio.ASGIApp(self.sio, socketio_path="socket.io")
         self._ator: Ator | None = None
         self._counts: SocketCounts | None = None
@@ -108,6 +118,7 @@ class Gateway:
                                         "send": self._send, "stop": self._stop}
         for name, handler in commands.items():
             self.sio.on(name, self._command(handler))
+        self.sio.on("*", self._unknown)
 
     @property
     def connections(self) -> int:
@@ -120,11 +131,12 @@ class Gateway:
         s = ator.settings
         self._counts = SocketCounts(per_user=s.max_sockets_per_user, per_org=s.max_sockets_per_org)
         self._unwatch = ator.publisher.watch(self._on_events)
-        self.feeds = Feeds(self.sio, lambda: self.ator, outbox=s.socket_outbox,
+        self.feeds = Feeds(self.sio, lambda: self.ator, outbox_bytes=s.socket_outbox_bytes,
                            slow_timeout=s.socket_slow_timeout,
                            disconnect=lambda sid: self._spawn(
                                self.sio.disconnect(sid, ignore_queue=True)))
         self._spawn(self._recheck_every(s.socket_recheck_interval))
+        self._spawn(self._sweep_every(s.socket_slow_timeout))
         if not self.sio.manager_initialized:
             self.sio.manager_initialized = True
             self.sio.manager.initialize()
@@ -200,6 +212,26 @@ class Gateway:
             await self.sio.disconnect(sid, ignore_queue=True)
         return len(gone)
 
+    def stalled(self, timeout: float) -> list[str]:
+        """The sockets whose outbox has not drained for `timeout` seconds."""
+        now = time.monotonic()
+        out = []
+        for sid in self._conns:
+            sock = self.sio.eio.sockets.get(self.sio.manager.eio_sid_from_sid(sid, "/"))
+            if sock is not None and isinstance(sock.queue, Outbox) \
+                    and sock.queue.stalled_for(now) > timeout:
+                out.append(sid)
+        return out
+
+    async def _sweep_every(self, timeout: float) -> None:
+        """Disconnect stalled sockets: a client that stopped reading holds what it was sent
+        in its outbox, never in more (it resumes with after_seq when it comes back)."""
+        while True:
+            await asyncio.sleep(min(1.0, timeout / 4))
+            for sid in self.stalled(timeout):
+                log.info("disconnecting a socket that has not drained for %.1fs", timeout)
+                self._spawn(self.sio.disconnect(sid, ignore_queue=True))
+
     async def _recheck_every(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
@@ -226,6 +258,13 @@ class Gateway:
             except AtorError as exc:
                 return {"ok": False, "error": _problem(exc)}
         return run
+
+    async def _unknown(self, event: str, sid: str, *payload: Any) -> dict[str, Any]:
+        """Any other event name: an error ack (a client waiting for one is not left to its
+        timeout)."""
+        known = "join, leave, send, stop"
+        return {"ok": False, "error": _problem(UnknownCommand(
+            f"no command {event[:100]!r}; the commands are {known}"))}
 
     async def _count(self, p: Principal) -> None:
         """Commands share the HTTP API's per-(org, user) rate limit (on the coordinator)."""
@@ -264,14 +303,10 @@ class Gateway:
 
     async def _send(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
         _require(conn.principal, "member")
-        text, cmid = payload.get("text"), payload.get("client_message_id")
-        if not isinstance(text, str):
-            raise ValidationFailed("text must be a string", code="invalid_command")
-        if cmid is not None and (not isinstance(cmid, str) or not 1 <= len(cmid) <= 200):
-            raise ValidationFailed("client_message_id must be a string of 1-200 characters",
-                                   code="invalid_command")
+        # Text and id are checked by the runtime's one message rule, as for HTTP.
+        text: Any = payload.get("text")
         item, created = await self.ator.submit(conn.principal.scope, _thread_id(payload), text,
-                                               client_message_id=cmid)
+                                               client_message_id=payload.get("client_message_id"))
         return {"item": {"id": str(item.id), "thread_id": str(item.thread_id),
                          "client_message_id": item.client_message_id, "created": created}}
 

@@ -11,13 +11,19 @@ Every refusal is a `ValidationFailed` (422) naming the field path:
     too_large         serialized size over `max_bytes`, or a string over `max_string`
     too_deep          nesting over `max_depth` (a flat object is depth 1)
     too_many_items    more than `max_items` values in all
-    unstorable_value  NUL, NaN, ±inf, or a value that is not JSON at all
+    unstorable_value  NUL, NaN, ±inf, or a value that is not JSON at all (`check_storable`
+                      walks any request body for NUL, in one place for every route)
     too_long          a text field over its character limit (`check_text`)
+
+A user message is checked by `check_message`, the one rule for every transport (HTTP, the
+socket, the Python API): `invalid_message`, `empty_message`, `message_too_long`,
+`unstorable_value` for its text, `invalid_client_message_id` for its id.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +31,9 @@ from typing import Any
 from ator.errors import ValidationFailed
 
 __all__ = [
+    "CLIENT_MESSAGE_ID",
     "INSTRUCTIONS_CHARS",
+    "MESSAGE_CHARS",
     "PERSONA_CHARS",
     "SECRET_VALUE_CHARS",
     "SETUP_CONFIG",
@@ -35,6 +43,8 @@ __all__ = [
     "JsonLimits",
     "Loc",
     "check_json",
+    "check_message",
+    "check_storable",
     "check_text",
     "refuse",
 ]
@@ -65,6 +75,10 @@ TITLE_CHARS = 500
 PERSONA_CHARS = 50_000
 INSTRUCTIONS_CHARS = 50_000
 SECRET_VALUE_CHARS = 20_000
+MESSAGE_CHARS = 100_000
+#: What a client's idempotency id for a message may be (both transports, the same rule).
+CLIENT_MESSAGE_ID = r"^[A-Za-z0-9._:\-]{1,200}$"
+_CLIENT_MESSAGE_ID = re.compile(CLIENT_MESSAGE_ID)
 
 
 def refuse(loc: Loc, message: str, code: str) -> ValidationFailed:
@@ -85,6 +99,44 @@ def check_text(value: str, loc: Loc, max_chars: int) -> None:
     if "\x00" in value:
         raise refuse(loc, "contains a NUL character, which cannot be stored",
                      "unstorable_value")
+
+
+def check_message(text: object, client_message_id: object) -> None:
+    """Refuse a user message its transport cannot be trusted to have checked: the text a
+    non-empty string of at most MESSAGE_CHARS characters, the id absent or matching
+    CLIENT_MESSAGE_ID, NUL in neither (`unstorable_value` first, as every request body)."""
+    if not isinstance(text, str):
+        raise refuse(("text",), "must be a string", "invalid_message")
+    if client_message_id is not None and not isinstance(client_message_id, str):
+        raise refuse(("client_message_id",), "must be a string", "invalid_client_message_id")
+    check_storable({"text": text, "client_message_id": client_message_id})
+    if not text.strip():
+        raise refuse(("text",), "the message text is empty", "empty_message")
+    if len(text) > MESSAGE_CHARS:
+        raise refuse(("text",), f"longer than {MESSAGE_CHARS} characters", "message_too_long")
+    if client_message_id is not None and _CLIENT_MESSAGE_ID.fullmatch(client_message_id) is None:
+        raise refuse(("client_message_id",), "must be 1-200 characters of A-Z a-z 0-9 . _ : -",
+                     "invalid_client_message_id")
+
+
+def check_storable(value: Any, loc: Loc = ()) -> None:
+    """Refuse NUL anywhere in a request body (a string or a key, at any depth): PostgreSQL
+    cannot store it in text or jsonb. Iterative, like `check_json`."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, tuple(loc))]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                raise refuse(path, "contains a NUL character, which cannot be stored",
+                             "unstorable_value")
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                if isinstance(key, str) and "\x00" in key:
+                    raise refuse((*path, key), "contains a NUL character, which cannot be "
+                                               "stored", "unstorable_value")
+                stack.append((child, (*path, str(key))))
+        elif isinstance(node, list | tuple):
+            stack.extend((child, (*path, i)) for i, child in enumerate(node))
 
 
 def check_json(value: Any, limits: JsonLimits, loc: Loc) -> None:

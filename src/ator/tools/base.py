@@ -67,6 +67,8 @@ class ToolContext:
     `abort` is set when the turn is stopping: a long tool should watch it and return early
     (the task is also cancelled). `services` holds what the engine grants this turn, by type.
     Outside a turn `thread_id` and `turn_id` are None and `caller` says who asked.
+    `result_chars` is what the model reads of the result (the registry sets the turn's cap;
+    tools/results.py owns how a longer one is cut or paged).
     """
 
     org_id: UUID
@@ -76,6 +78,7 @@ class ToolContext:
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     services: Mapping[type, object] = field(default_factory=dict)
     caller: Caller | None = None
+    result_chars: int = 20_000
 
     def in_turn(self) -> tuple[UUID, UUID]:
         """(thread_id, turn_id) of the turn this call runs in; ToolError outside a turn."""

@@ -1,13 +1,15 @@
 """The tools mounted for one step, and running them (layer: tools; imports jsonschema,
-ator.tools.base, ator.errors, ator.memo).
+ator.tools.base, ator.tools.failure,
+ator.tools.results, ator.errors, ator.memo).
 
 `ToolRegistry.run_all` validates every call's input against its schema (an invalid input
 becomes an `is_error` result carrying the validation message, never a silent `{}`), runs the
 valid ones concurrently, each under its own timeout, and returns results in call order.
-Cancelling the caller cancels every running tool. Results longer than the cap are cut with a
-visible marker. A failed call's outcome carries a stable `meta["code"]` (unknown_tool,
-invalid_arguments, tool_timeout, the raised error's code or tool_failed, or what the tool's
-own result says), for the audit of calls outside a turn.
+Cancelling the caller cancels every running tool. The registry is the one place a result is
+cut to the turn's cap (`tools/results.py` decides how): longer results are stored and paged
+when the step mounts `read_tool_result`, else cut with a visible marker. A failed call's
+outcome carries a stable `meta["code"]` (unknown_tool, invalid_arguments, tool_timeout, the
+raised error's code, or what the tool's own result says), for the audit of calls outside a turn.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -26,6 +29,8 @@ from ator.errors import ConfigError
 from ator.memo import ByIdentity
 from ator.providers.base import ToolSpec
 from ator.tools.base import Tool, ToolCall, ToolContext, ToolOutcome, ToolResult
+from ator.tools.failure import failure, timed_out
+from ator.tools.results import READER, ResultBudget, StoredResults
 
 __all__ = ["ToolRegistry", "truncate"]
 
@@ -34,8 +39,7 @@ def truncate(text: str, limit: int) -> tuple[str, int | None]:
     """Cut `text` to `limit` characters with a marker; returns (text, original length or None)."""
     if len(text) <= limit:
         return text, None
-    marker = f"\n[truncated: showing {limit} of {len(text)} characters]"
-    return text[: max(0, limit - len(marker))] + marker, len(text)
+    return ResultBudget(limit).cut(text), len(text)
 
 
 def _render(value: Any) -> str:
@@ -164,10 +168,12 @@ class ToolRegistry:
     ) -> ToolOutcome:
         started = time.perf_counter()
         tool = self._tools.get(call.name)
+        ctx = replace(ctx, result_chars=result_limit)
+        budget = ResultBudget(result_limit)
 
-        def outcome(text: str, is_error: bool, untrusted: bool = False,
-                    meta: Mapping[str, Any] | None = None) -> ToolOutcome:
-            content, original = truncate(text, result_limit)
+        async def outcome(text: str, is_error: bool, untrusted: bool = False,
+                          meta: Mapping[str, Any] | None = None) -> ToolOutcome:
+            content, original = await self._shape(text, budget, ctx, call.name)
             ms = int((time.perf_counter() - started) * 1000)
             origin = tool.origin if tool is not None else "native"
             return ToolOutcome(call.id, call.name, content, is_error, ms, original,
@@ -176,22 +182,34 @@ class ToolRegistry:
         problem = self.validate(call)
         if problem is not None or tool is None:
             code = "unknown_tool" if tool is None else "invalid_arguments"
-            return outcome(problem or f"Unknown tool {call.name!r}.", True,
-                           meta={"code": code})
+            return await outcome(problem or f"Unknown tool {call.name!r}.", True,
+                                 meta={"code": code})
         timeout = tool.timeout if tool.timeout is not None else default_timeout
         assert call.input is not None
         try:
             async with asyncio.timeout(timeout):
                 value = await tool.handler(call.input, ctx)
         except TimeoutError:
-            return outcome(f"Tool {call.name!r} timed out after {timeout:g}s.", True,
-                           meta={"code": "tool_timeout"})
+            value = timed_out(timeout)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a tool's failure is data for the model, not a crash
-            return outcome(f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", True,
-                           tool.untrusted, {"code": getattr(exc, "code", "tool_failed")})
+            value = failure(exc, tool=call.name, untrusted=tool.untrusted)
         if isinstance(value, ToolResult):
             labelled = tool.untrusted if value.untrusted is None else value.untrusted
-            return outcome(value.text, value.is_error, labelled, value.meta)
-        return outcome(_render(value), False, tool.untrusted)
+            return await outcome(value.text, value.is_error, labelled, value.meta)
+        return await outcome(_render(value), False, tool.untrusted)
+
+    async def _shape(self, text: str, budget: ResultBudget, ctx: ToolContext,
+                     name: str) -> tuple[str, int | None]:
+        """What the model reads of a result, and its full length when that is not all of
+        it. Stored and paged when this step mounts the reader (inside a turn), cut with a
+        marker otherwise."""
+        if budget.fits(text):
+            return text, None
+        store = ctx.services.get(StoredResults)
+        if (isinstance(store, StoredResults) and READER in self._tools and name != READER
+                and budget.page_chars and ctx.thread_id is not None):
+            ref = await store.stash(ctx, text)
+            return budget.first_page(text, ref), len(text)
+        return budget.cut(text), len(text)

@@ -1,5 +1,5 @@
 """`web_fetch(url)`: a page from the web as text, through the egress guard (layer: tools;
-imports net.egress, httpx, tools.base, errors).
+imports net.egress, httpx, tools.base, tools.failure, errors).
 
 Size and time are capped, HTML is reduced to its text (scripts and styles dropped), and the
 result is untrusted: it reaches the model labelled as data. Whether a turn gets this tool at
@@ -17,6 +17,7 @@ import httpx
 from ator.errors import AtorError, ToolError
 from ator.net.egress import Egress
 from ator.tools.base import Tool, ToolContext, ToolResult
+from ator.tools.failure import failure
 
 __all__ = ["html_text", "web_fetch_tool"]
 
@@ -71,12 +72,12 @@ def web_fetch_tool(egress: Egress, *, max_bytes: int = 2_000_000, timeout: float
                         body = body[:max_bytes]
                         break
         except AtorError as exc:
-            return ToolResult(f"[{exc.code}] {exc.message}", is_error=True, untrusted=False,
-                              meta={"code": exc.code})
+            return failure(exc, tool="web_fetch")
         except httpx.TimeoutException:
             raise ToolError(f"{url} did not answer within {timeout:g}s") from None
         except httpx.HTTPError as exc:
-            raise ToolError(f"fetching {url} failed: {type(exc).__name__}: {exc}") from None
+            raise ToolError(f"fetching {url} failed: {exc or 'the connection broke'}",
+                            code="fetch_failed") from None
         text = body.decode(resp.encoding or "utf-8", errors="replace")
         if "html" in resp.headers.get("content-type", "") or text.lstrip()[:1] == "<":
             text = html_text(text)
