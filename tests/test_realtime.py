@@ -200,7 +200,7 @@ async def test_send_streams_deltas_and_pushes_busy_and_idle_to_the_org_room(
     assert ended["data"]["usage"]["output_tokens"] == 3
     assert lobby.persisted() == [] and lobby.of_type("delta") == []
     assert (await chat.call("stop", thread_id=str(thread.id))) == {
-        "ok": True, "stop": "idle", "running": False}
+        "ok": True, "stop": "idle", "running": False, "descendants": 0}
 
 
 async def test_limits_on_rooms_and_sockets_and_a_revoked_key(one: Any, clients: Any) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from fnmatch import fnmatchcase
 from typing import Any
 
 from ator import jsonenc
@@ -30,6 +30,8 @@ class FrozenConfig:
     allow: list[str] | None
     deny: list[str]
     cache: bool
+    # Allow lists the turn's tools must match besides `allow` (bounds set above the thread).
+    within: tuple[tuple[str, ...], ...] = ()
 
 
 def _digest(text: str) -> str:
@@ -46,19 +48,23 @@ _FROZEN_MAX = 1024
 
 
 def freeze(
-    ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None = None
+    ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None = None,
+    bounds: Sequence[Mapping[str, Any]] = (),
 ) -> FrozenConfig:
     """Raises ConfigError when the setup's caps are invalid. A cap above the operator's
-    ceiling (lowered since the setup was written) is clamped to it, not refused."""
+    ceiling (lowered since the setup was written) is clamped to it, not refused.
+
+    `bounds` are tool policies (`{"allow": [...] | None, "deny": [...]}`) the turn's tools
+    must satisfy besides the setup's own: each narrows, none widens."""
     key = (ctx.setup_id, ctx.setup_version, ctx.persona, ctx.instructions,
            ctx.instructions_version, ctx.policy, ctx.policy_version, ctx.policy_replace,
-           ctx.depth, None if ctx.contract is None else jsonenc.canonical(ctx.contract),
+           ctx.depth, jsonenc.canonical(list(bounds)) if bounds else None,
            engine_version, ceilings)
     found = _FROZEN.get(key)
     if found is not None:
         _FROZEN.move_to_end(key)
         return found
-    frozen = _freeze(ctx, engine_version=engine_version, ceilings=ceilings)
+    frozen = _freeze(ctx, engine_version=engine_version, ceilings=ceilings, bounds=bounds)
     _FROZEN[key] = frozen
     if len(_FROZEN) > _FROZEN_MAX:
         _FROZEN.popitem(last=False)
@@ -66,16 +72,18 @@ def freeze(
 
 
 def _freeze(
-    ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None
+    ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None,
+    bounds: Sequence[Mapping[str, Any]],
 ) -> FrozenConfig:
     caps = Caps.from_config(ctx.config.get("caps"), ceilings, clamp=True)
     policy = ctx.tool_policy or {}
     allow = policy.get("allow")
     deny = list(policy.get("deny") or [])
-    narrowed = (ctx.contract or {}).get("tools")
-    if narrowed is not None:  # a subagent's contract narrows its tools, never widens them
-        allow = [t for t in narrowed
-                 if allow is None or any(fnmatchcase(t, a) for a in allow)]
+    within: list[tuple[str, ...]] = []
+    for bound in bounds:
+        deny += [d for d in bound.get("deny") or [] if d not in deny]
+        if bound.get("allow") is not None:
+            within.append(tuple(bound["allow"]))
     snapshot = {
         "engine": engine_version,
         "setup": {
@@ -90,7 +98,7 @@ def _freeze(
         },
         "thread": {"instructions_hash": _digest(ctx.instructions),
                    "instructions_version": ctx.instructions_version, "depth": ctx.depth,
-                   **({"tools": narrowed} if narrowed is not None else {})},
+                   **({"bounds": list(bounds)} if bounds else {})},
         "org": {"policy_hash": _digest(ctx.policy), "policy_version": ctx.policy_version,
                 "policy_replace": ctx.policy_replace},
         "caps": asdict(caps),
@@ -103,4 +111,5 @@ def _freeze(
         allow=list(allow) if allow is not None else None,
         deny=deny,
         cache=bool(ctx.config.get("prompt_cache", True)),
+        within=tuple(within),
     )

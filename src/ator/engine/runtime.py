@@ -73,7 +73,7 @@ from ator.tools.builtin import builtin_tools
 from ator.tools.policy import parse_tool_policy
 from ator.tools.toolset import StaticToolset, Toolset
 
-__all__ = ["Ator", "TurnResult"]
+__all__ = ["Ator", "Stopped", "TurnResult"]
 
 _MAX_TEXT = 100_000
 
@@ -90,6 +90,15 @@ class _ActorWaker:
 
     async def stop(self, thread_id: UUID, reason: str = "user") -> None:
         await self._ator.actor.stop(thread_id, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """What a stop did: whether the thread's own turn was running, and how many of its
+    descendants (subagents at any depth, not already stopped) were stopped with it."""
+
+    running: bool
+    descendants: int
 
 
 @dataclass
@@ -141,7 +150,7 @@ class Ator(McpMethods):
         # Subagents plug in through the seams: tools, a service, two hooks, a turn end.
         self.subagents = Subagents(db, _ActorWaker(self), ceilings=settings.cap_ceilings)
         hooks = [McpNotices(self.mcp.toolset), ResultInjector(self.subagents),
-                 ChildBudget(self.subagents), *hooks]
+                 ChildBudget(self.subagents, prices), *hooks]
         services = {StoredResults: self.mcp.results, Subagents: self.subagents,
                     **(services or {})}
         self.runner = TurnRunner(
@@ -446,17 +455,18 @@ class Ator(McpMethods):
         """`busy` of each thread (a page of a thread list), asked concurrently."""
         return list(await asyncio.gather(*(self.busy(t) for t in thread_ids)))
 
-    async def stop(self, scope: Scope, thread_id: UUID, reason: str = "user") -> bool:
-        """Abort the thread's running turn, on whichever replica runs it. Returns whether
-        one was running (some replica held the thread's lease); an idle thread gets no abort,
-        so a turn that starts later is not stopped by it. Raises NotFound (another org's)."""
+    async def stop(self, scope: Scope, thread_id: UUID, reason: str = "user") -> Stopped:
+        """Abort the thread's running turn, on whichever replica runs it, and stop its
+        subtree. Says whether a turn was running (some replica held the thread's lease; an
+        idle thread gets no abort, so a turn that starts later is not stopped by it) and how
+        many descendants were stopped. Raises NotFound (another org's)."""
         await thread_store.get_thread(self.db, scope, thread_id)  # 404 for another org
         # Its subagents stop with it, wherever they run; their results are dropped.
-        await self.subagents.cascade(scope, thread_id, reason)
+        below = await self.subagents.cascade(scope, thread_id, reason)
         if await self.coord.holder(lease_key(thread_id)) is None:
-            return False
+            return Stopped(running=False, descendants=len(below))
         await self.actor.stop(thread_id, reason)
-        return True
+        return Stopped(running=True, descendants=len(below))
 
     async def tree(self, scope: Scope, thread_id: UUID) -> list[TreeNode]:
         """The thread and its subagents, parents first, each with status, steps, tokens,

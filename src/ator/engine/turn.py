@@ -51,6 +51,7 @@ from ator.store import turns as turn_store
 from ator.store.database import Database
 from ator.store.events import HISTORY_KINDS
 from ator.store.scope import Scope
+from ator.subagents.service import tool_bounds
 from ator.tools.base import ToolContext
 from ator.tools.toolset import Toolset, TurnTools
 
@@ -138,7 +139,8 @@ class TurnRunner:
             frozen: FrozenConfig | AtorError
             try:
                 frozen = freeze(start, engine_version=self.engine_version,
-                                ceilings=self.cap_ceilings)
+                                ceilings=self.cap_ceilings,
+                                bounds=tool_bounds(start.contract))
                 snapshot = turn_store.Snapshot(frozen.snapshot, frozen.hash)
             except AtorError as exc:  # the turn still runs, to record why it cannot
                 frozen = exc
@@ -232,7 +234,8 @@ class TurnRunner:
             return await secret_store.reveal(self.db, self.master_key, scope, name)
 
         tools = TurnTools(self.toolsets, allow=frozen.allow, deny=frozen.deny,
-                          description_limit=frozen.caps.tool_description_chars)
+                          description_limit=frozen.caps.tool_description_chars,
+                          within=frozen.within)
         gate = BudgetGate(db=self.db, prices=self.prices, limit=start.monthly_budget_usd,
                           fail_closed=self.budget_fail_closed)
         # A lease keeps the provider's client open for the whole turn even if the cache

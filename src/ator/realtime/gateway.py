@@ -277,8 +277,9 @@ class Gateway:
 
     async def _stop(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
         _require(conn.principal, "member")
-        running = await self.ator.stop(conn.principal.scope, _thread_id(payload))
-        return {"stop": "requested" if running else "idle", "running": running}
+        stopped = await self.ator.stop(conn.principal.scope, _thread_id(payload))
+        return {"stop": "requested" if stopped.running else "idle",
+                "running": stopped.running, "descendants": stopped.descendants}
 
     # Relays and pushes ------------------------------------------------------------------
 

@@ -32,8 +32,11 @@ from uuid import UUID
 from ator.agent.caps import CapCeilings, Caps
 from ator.agent.hooks import Injection, LoopHook, StopTurn
 from ator.agent.state import TurnContext, TurnState
+from ator.cost.estimate import worst_case_usd
+from ator.cost.prices import PriceTable
 from ator.errors import ConfigError, NotFound, ToolError
 from ator.providers.base import ModelRequest
+from ator.providers.size import request_tokens
 from ator.store import setups as setup_store
 from ator.store import tree as tree_store
 from ator.store import turns as turn_store
@@ -45,8 +48,8 @@ from ator.store.tree import PAGE_CHARS, render, status_of_turn
 __all__ = ["ChildBudget", "ResultInjector", "Results", "Subagents", "Waker"]
 
 _CAP_HELP = {
-    "depth": ("the tree is already {current} levels deep here (cap {limit}): do this work "
-              "yourself, or give it to a sibling higher up"),
+    "depth": ("a subagent spawned here would be {current} levels deep, beyond the cap of "
+              "{limit}: do this work yourself, or give it to a sibling higher up"),
     "width": ("this thread already spawned {current} subagents (cap {limit}): consolidate "
               "tasks into fewer subagents, or do the rest yourself"),
     "live": ("{current} subagents of this tree are still running (cap {limit}): wait for "
@@ -138,6 +141,22 @@ def parse_spawn(args: dict[str, Any]) -> Spawn:
                  write_scope=list(args["write_scope"]) if args.get("write_scope") else None)
 
 
+def _bound(policy: dict[str, Any]) -> dict[str, Any]:
+    allow = policy.get("allow")
+    return {"allow": list(allow) if allow is not None else None,
+            "deny": list(policy.get("deny") or [])}
+
+
+def tool_bounds(contract: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The tool policies a subagent's tools must satisfy besides its own setup's: its
+    contract's `tools` (as an allow list) and the policies of every thread above it."""
+    contract = contract or {}
+    bounds = [_bound(b) for b in contract.get("bounds") or [] if isinstance(b, dict)]
+    if contract.get("tools") is not None:
+        bounds.append({"allow": list(contract["tools"]), "deny": []})
+    return bounds
+
+
 def _tree_caps(info: tree_store.ParentInfo, ceilings: CapCeilings | None) -> tree_store.TreeCaps:
     """The caps a spawn from this thread runs under: its setup's (clamped to the operator's
     ceilings), lowered by the org's and by what the tree above it was given."""
@@ -181,6 +200,11 @@ class Subagents:
         if above is not None:  # a subagent cannot hand out tools it was not given
             contract["tools"] = [t for t in (spawn.tools if spawn.tools is not None else above)
                                  if t in above]
+        # Whatever setup the child runs on, its tools stay within its parent's: the parent's
+        # setup policy and every bound above it travel down as bounds the child must also
+        # satisfy (so naming a more permissive setup widens nothing).
+        contract["bounds"] = [*tool_bounds(info.contract),
+                              _bound(info.setup_policy or {})]
         contract["tree_caps"] = {"depth": caps.depth, "width": caps.width, "live": caps.live,
                                  "tokens": caps.tokens, "usd": str(caps.usd)}
         made = await tree_store.spawn(
@@ -316,11 +340,18 @@ class ResultInjector(LoopHook):
 
 class ChildBudget(LoopHook):
     """Before each model call of a subagent: its own budget (steps, tokens, USD over all its
-    turns) and its tree's (all descendants of the root). Spent → the turn ends `budget`.
-    Root threads cost nothing here."""
+    turns) and its tree's (all descendants of the root). Root threads cost nothing here.
 
-    def __init__(self, service: Subagents) -> None:
+    The rule is the org ledger's: a call runs only if its worst case fits under what is
+    left. Steps and tokens left must be above zero; in USD, settled spend plus the call's
+    worst case (`cost.estimate`, the figure the org ledger reserves) must stay within the
+    limit. Reservations of calls in flight are not spend: this call's own is what is being
+    checked, and other calls' are settled by their own writes, so an org with a monthly
+    budget (which reserves) and one without (which does not) get the same answer."""
+
+    def __init__(self, service: Subagents, prices: PriceTable | None = None) -> None:
         self.service = service
+        self.prices = prices
 
     async def before_call(self, turn: TurnContext, state: TurnState,
                           request: ModelRequest) -> ModelRequest:
@@ -330,15 +361,28 @@ class ChildBudget(LoopHook):
                                        turn.root_id)
         own = spent.contract.get("budget") or {}
         tree = spent.contract.get("tree_caps") or {}
-        checks = [
+        for name, limit, used in (
             ("max_steps", own.get("max_steps"), spent.steps),
             ("max_tokens", own.get("max_tokens"), spent.tokens),
-            ("max_usd", own.get("max_usd"), spent.usd),
             ("the tree's tokens", tree.get("tokens"), spent.tree_tokens),
-            ("the tree's USD", tree.get("usd"), spent.tree_usd),
-        ]
-        for name, limit, used in checks:
-            if limit is not None and Decimal(str(used)) >= Decimal(str(limit)):
+        ):
+            if limit is not None and Decimal(used) >= Decimal(str(limit)):
                 raise StopTurn("budget", f"subagent budget spent: {name} is {used} of "
                                          f"{limit}")
+        worst = Decimal(0)
+        if self.prices is not None:  # an unpriced model records 0 and is checked at 0
+            worst = worst_case_usd(self.prices, request.model, request_tokens(request),
+                                   request.max_tokens) or Decimal(0)
+        for name, limit, used in (("max_usd", own.get("max_usd"), spent.usd),
+                                  ("the tree's USD", tree.get("usd"), spent.tree_usd)):
+            if limit is None:
+                continue
+            cap = Decimal(str(limit))
+            if used >= cap:
+                raise StopTurn("budget", f"subagent budget spent: {name} is ${used} of "
+                                         f"${cap}")
+            if used + worst > cap:
+                raise StopTurn("budget", f"subagent budget: the next call may cost up to "
+                                         f"${worst}, more than the ${cap - used} {name} "
+                                         f"leaves (${used} spent of ${cap})")
         return request

@@ -76,9 +76,13 @@ class TurnTools:
         allow: Sequence[str] | None,
         deny: Sequence[str],
         description_limit: int,
+        within: Sequence[Sequence[str]] = (),
     ) -> None:
+        """`within`: further allow lists a tool must match too (the bounds a subagent's
+        ancestors set): each narrows, none widens."""
         self._toolsets = tuple(toolsets)
         self._allow = None if allow is None else frozenset(allow)
+        self._within = tuple(frozenset(w) for w in within)
         self._deny = frozenset(deny)
         self._description_limit = description_limit
         self._offered: tuple[int, ...] = ()
@@ -94,6 +98,7 @@ class TurnTools:
             registry = ToolRegistry()
             for tool in offered:
                 if (self._allow is None or _matches(tool.name, self._allow)) \
+                        and all(_matches(tool.name, w) for w in self._within) \
                         and not _matches(tool.name, self._deny):
                     registry.add(tool)
             self.registry = registry
