@@ -161,7 +161,8 @@ async def test_stop_says_whether_a_turn_was_running(serve: Serve) -> None:
         running = await client.post(f"/v1/threads/{thread_id}/stop", headers=auth(key))
         assert running.status_code == 202
         assert running.json() == {"thread_id": thread_id, "stop": "requested",
-                                  "running": True, "reason": "cancelled:user"}
+                                  "running": True, "reason": "cancelled:user",
+                                  "descendants": 0}
         ended = await follow(client, key, thread_id, "turn_ended", started["seq"])
         assert ended["data"]["stop_reason"] == "cancelled:user"
 
