@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 
 from ator import Ator, Scope, Settings
 from ator.coord import Coordinator, LocalCoordinator, RedisCoordinator
+from ator.engine.access import Access
 from ator.providers.base import Provider
 from ator.store.records import Event
 
@@ -192,7 +193,7 @@ async def operator_client(
     async with make_ator(**settings) as runtime:
         app = create_app(runtime.settings, runtime=runtime)
         app.state.ator = runtime
-        made = await runtime.access.bootstrap()
+        made = await runtime.service(Access).bootstrap()
         key = made[0] if made is not None else None
         if key is None:  # the session database already has keys: make a fresh operator
             org = await runtime.create_org(f"operator-{uuid.uuid4().hex[:6]}")

@@ -16,7 +16,7 @@ def start(**changes: object) -> TurnStart:
         thread_id=uuid.uuid4(), org_id=uuid.uuid4(), setup_id=uuid.UUID(int=7),
         setup_name="s", setup_version=1, provider="scripted", model="m", persona="p",
         config={"caps": {"max_steps": 5}}, tool_policy={}, instructions="be brief",
-        parent_id=None, root_id=None, depth=0, deleted=False, monthly_budget_usd=None,
+        root_id=None, depth=0, deleted=False, monthly_budget_usd=None,
         history=[], instructions_version=1, policy="", policy_version=0)
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 

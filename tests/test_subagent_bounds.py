@@ -23,8 +23,8 @@ from ator.subagents.service import Subagents
 from ator.subagents.tools import subagent_tools
 from ator.tools.base import Tool, ToolContext
 from tests.conftest import new_thread, wait_for_event
-from tests.subagent_agents import Agents, Reply, results_in, spawned_tool_results
 from tests.realtime_util import member_key, serve
+from tests.subagent_agents import Agents, Reply, results_in, spawned_tool_results
 from tests.test_realtime import Client
 
 MODEL = "claude-haiku-4-5"  # priced: a call's worst case is known
@@ -210,7 +210,7 @@ async def test_the_depth_refusal_names_the_depth_the_spawn_would_make(make_ator)
         def ctx(thread_id: uuid.UUID) -> ToolContext:
             return ToolContext(scope.org_id, thread_id, uuid.uuid4(),
                                f"toolu_{uuid.uuid4().hex}",
-                               services={Subagents: ator.subagents})
+                               services={Subagents: ator.service(Subagents)})
 
         made = await spawn({"title": "a", "task": "quick"}, ctx(root.id))
         try:

@@ -132,7 +132,7 @@ async def test_five_results_reach_a_busy_parent_between_steps_each_once_in_persi
 async def _tool_ctx(ator: Any, scope: Scope, thread_id: uuid.UUID,
                     tool_use_id: str = "toolu_x") -> ToolContext:
     return ToolContext(scope.org_id, thread_id, uuid.uuid4(), tool_use_id,
-                       services={Subagents: ator.subagents})
+                       services={Subagents: ator.service(Subagents)})
 
 
 def _tool(name: str) -> Tool:

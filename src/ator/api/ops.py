@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from ator.api.auth import get_ator, require
 from ator.api.problems import problem
 from ator.engine.runtime import Ator
+from ator.engine.tenancy import Tenancy
 from ator.errors import ValidationFailed
 from ator.store.records import Principal
 
@@ -47,8 +48,8 @@ async def metrics(request: Request, ator: Ator = Depends(get_ator)) -> Response:
         return problem(401, "unauthenticated", "metrics need the metrics token",
                        headers={"WWW-Authenticate": "Bearer"})
     m = ator.runner.metrics
-    m.mailbox_depth.set(await ator.tenancy.mailbox_depth())
-    m.mailbox_lag.set(await ator.tenancy.mailbox_lag())
+    m.mailbox_depth.set(await ator.service(Tenancy).mailbox_depth())
+    m.mailbox_lag.set(await ator.service(Tenancy).mailbox_lag())
     load = ator.load()
     m.turns_in_flight.set(load["turns_in_flight"])
     m.turns_waiting.set(load["turns_waiting"])
@@ -71,9 +72,9 @@ async def usage(
     else:
         try:
             first = date.fromisoformat(month + "-01")
-            rows = await ator.tenancy.usage(p.scope, month=first, group=group_by)
+            rows = await ator.service(Tenancy).usage(p.scope, month=first, group=group_by)
         except ValueError as exc:  # the month, or the one after it, cannot be represented
             raise ValidationFailed("month must be YYYY-MM", code="invalid_month") from exc
         return {"month": first.isoformat()[:7], "group_by": group_by, "data": rows}
-    rows = await ator.tenancy.usage(p.scope, month=first, group=group_by)
+    rows = await ator.service(Tenancy).usage(p.scope, month=first, group=group_by)
     return {"month": first.isoformat()[:7], "group_by": group_by, "data": rows}

@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ator import jsonenc
-from ator.agent.caps import CapCeilings, Caps
+from ator.agent.caps import CapCeilings, CapGroup, Caps, parse_caps
 from ator.security.redact import redact
 from ator.store.turns import TurnStart
 
@@ -32,6 +32,8 @@ class FrozenConfig:
     cache: bool
     # Allow lists the turn's tools must match besides `allow` (bounds set above the thread).
     within: tuple[tuple[str, ...], ...] = ()
+    # The extensions' caps (`CapGroup`), by kind.
+    extra_caps: Mapping[type[Any], Any] = field(default_factory=dict)
 
 
 def _digest(text: str) -> str:
@@ -49,22 +51,24 @@ _FROZEN_MAX = 1024
 
 def freeze(
     ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None = None,
-    bounds: Sequence[Mapping[str, Any]] = (),
+    groups: Sequence[CapGroup] = (), bounds: Sequence[Mapping[str, Any]] = (),
 ) -> FrozenConfig:
     """Raises ConfigError when the setup's caps are invalid. A cap above the operator's
     ceiling (lowered since the setup was written) is clamped to it, not refused.
 
     `bounds` are tool policies (`{"allow": [...] | None, "deny": [...]}`) the turn's tools
-    must satisfy besides the setup's own: each narrows, none widens."""
+    must satisfy besides the setup's own: each narrows, none widens. `groups` are the
+    extensions' caps, parsed with the loop's."""
     key = (ctx.setup_id, ctx.setup_version, ctx.persona, ctx.instructions,
            ctx.instructions_version, ctx.policy, ctx.policy_version, ctx.policy_replace,
            ctx.depth, jsonenc.canonical(list(bounds)) if bounds else None,
-           engine_version, ceilings)
+           engine_version, ceilings, tuple(groups))
     found = _FROZEN.get(key)
     if found is not None:
         _FROZEN.move_to_end(key)
         return found
-    frozen = _freeze(ctx, engine_version=engine_version, ceilings=ceilings, bounds=bounds)
+    frozen = _freeze(ctx, engine_version=engine_version, ceilings=ceilings, groups=groups,
+                     bounds=bounds)
     _FROZEN[key] = frozen
     if len(_FROZEN) > _FROZEN_MAX:
         _FROZEN.popitem(last=False)
@@ -73,9 +77,9 @@ def freeze(
 
 def _freeze(
     ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None,
-    bounds: Sequence[Mapping[str, Any]],
+    groups: Sequence[CapGroup], bounds: Sequence[Mapping[str, Any]],
 ) -> FrozenConfig:
-    caps = Caps.from_config(ctx.config.get("caps"), ceilings, clamp=True)
+    caps, extra_caps = parse_caps(ctx.config.get("caps"), ceilings, groups, clamp=True)
     policy = ctx.tool_policy or {}
     allow = policy.get("allow")
     deny = list(policy.get("deny") or [])
@@ -101,7 +105,7 @@ def _freeze(
                    **({"bounds": list(bounds)} if bounds else {})},
         "org": {"policy_hash": _digest(ctx.policy), "policy_version": ctx.policy_version,
                 "policy_replace": ctx.policy_replace},
-        "caps": asdict(caps),
+        "caps": {k: v for c in (caps, *extra_caps.values()) for k, v in asdict(c).items()},
     }
     canonical = jsonenc.canonical(snapshot)
     return FrozenConfig(
@@ -112,4 +116,5 @@ def _freeze(
         deny=deny,
         cache=bool(ctx.config.get("prompt_cache", True)),
         within=tuple(within),
+        extra_caps=extra_caps,
     )

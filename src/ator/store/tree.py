@@ -41,6 +41,7 @@ __all__ = [
     "PAGE_CHARS",
     "RESULT_SQL",
     "SUMMARY_CHARS",
+    "TURN_SQL",
     "ParentInfo",
     "Refused",
     "ResultPart",
@@ -281,6 +282,15 @@ def told(c: str) -> str:
 def live(c: str) -> str:
     """SQL: the child thread aliased `c` is live: neither finished (told) nor cancelled."""
     return f"({c}.cancelled_at IS NULL AND NOT {told(c)})"
+
+
+#: The subagent extension's per-turn column of the start statement (store/turns.py
+#: `start_statement`), over the thread row `t`: its parent, its contract and how many of
+#: its subagents have not finished (a parent with some looks for results between steps).
+TURN_SQL = f"""jsonb_build_object(
+  'parent_id', t.parent_id, 'contract', t.contract,
+  'children', (SELECT count(*) FROM threads c
+                WHERE c.parent_id = t.id AND c.org_id = t.org_id AND {live("c")}))"""
 
 
 # The claim and the push, one WITH-item: the parent's mailbox holds at most one result per
