@@ -63,7 +63,7 @@ from ator.store.scope import Scope
 from ator.subagents.service import Subagents
 from ator.tools.base import Tool
 from ator.tools.policy import parse_tool_policy
-from ator.tools.toolset import Toolset
+from ator.tools.toolset import StaticToolset, Toolset
 
 __all__ = ["Ator", "Stopped", "TurnResult"]
 
@@ -159,6 +159,9 @@ class Ator:
         `engine=False` gives a client that can write and read but runs no turns and no
         reaper (e.g. an admin command)."""
         settings = settings or Settings()
+        if tools is not None:  # a bad tool list is refused before anything is opened
+            tools = list(tools)
+            StaticToolset(tools)
         if settings.master_key is not None:
             key = MasterKey.from_b64(settings.master_key.get_secret_value())
         else:
