@@ -254,6 +254,21 @@ class Ator:
                 "turns_waiting": self.actor.admission.waiting,
                 "loop_lag_s": round(self.loop_lag.lag, 4)}
 
+    async def metrics_text(self) -> bytes:
+        """This process's metrics in the Prometheus text format, with the gauges read now
+        (mailbox depth and lag, load, the coordinator hub's waiters and channels)."""
+        m = self.runner.metrics
+        tenancy = self.service(Tenancy)
+        m.mailbox_depth.set(await tenancy.mailbox_depth())
+        m.mailbox_lag.set(await tenancy.mailbox_lag())
+        load = self.load()
+        m.turns_in_flight.set(load["turns_in_flight"])
+        m.turns_waiting.set(load["turns_waiting"])
+        m.loop_lag.set(load["loop_lag_s"])
+        m.hub_waiters.set(self.coord.hub.waiters)
+        m.hub_channels.set(self.coord.hub.channels)
+        return m.render()
+
     async def __aenter__(self) -> Ator:
         return self
 
