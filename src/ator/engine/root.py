@@ -25,11 +25,15 @@ from ator.agent.extension import Extension, Kernel
 from ator.agent.hooks import LoopHook
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
+from ator.engine.access import Access
 from ator.engine.actor import Actor, Wakes
 from ator.engine.compaction import ContextPolicy
+from ator.engine.inspector import Inspector
 from ator.engine.mcp_extension import McpExtension
+from ator.engine.prompts import Prompts
 from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
+from ator.engine.tenancy import Tenancy
 from ator.engine.turn import TurnRunner
 from ator.errors import ConfigError
 from ator.providers.registry import ProviderRegistry
@@ -106,16 +110,19 @@ def assemble(
     services: Mapping[type, object] | None = None,
     extensions: Sequence[ExtensionFactory] = DEFAULT_EXTENSIONS,
 ) -> Engine:
-    """Build the engine. `tools` are the native tools (default: the built-ins and every
-    extension's tools); `toolsets`, `hooks` and `services` are the caller's, after the
-    extensions' (a caller's service of the same type wins)."""
+    """Build the engine: the core services (`Access`, `Tenancy`, `Prompts`, `Inspector`),
+    every extension, then the runner, the actor and the reaper. `tools` are the native
+    tools (default: the built-ins and every extension's tools); `toolsets`, `hooks` and
+    `services` are the caller's, after the extensions' (a caller's service of a type wins)."""
     wakes = Wakes(coord, settings.lease_ttl)
     kernel = Kernel(settings, db, coord, prices, master_key, wakes)
     built = [make(kernel) for make in extensions]
     native = StaticToolset([*builtin_tools(), *(t for e in built for t in e.tools())]
                            if tools is None else tools)  # checked first
     every_toolset = [native, *toolsets, *(ts for e in built for ts in e.toolsets())]
-    registry = Services({**{k: v for e in built for k, v in e.services().items()},
+    core: dict[type, object] = {Access: Access(db, settings), Tenancy: Tenancy(db, master_key),
+                                Prompts: Prompts(db), Inspector: Inspector(db)}
+    registry = Services({**core, **{k: v for e in built for k, v in e.services().items()},
                          **(services or {})})
     cap_groups = tuple(g for e in built for g in e.caps())
     publisher = Publisher(coord)

@@ -1,8 +1,10 @@
 """`Ator`: the Python API of the runtime (layer: engine; imports store, coord, providers,
 tools, cost, security, engine.*).
 
-The HTTP API and the CLI sit on this class. It owns the database, the coordinator, the thread
-actor and the reaper, and every method that touches tenant data takes a `Scope`.
+The HTTP API and the CLI sit on this class, the one public facade: conversations and their
+records are its methods, every other service is reached through `service(Kind)`, and every
+method that touches tenant data takes a `Scope`. What it serves is assembled by the
+composition root (`engine/root.py`) from extensions (MCP and subagents by default).
 
     async with await Ator.open(settings) as ator:
         org = await ator.create_org("acme")
@@ -32,12 +34,9 @@ from ator.agent.hooks import LoopHook
 from ator.coord import coordinator_from_url
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
-from ator.engine.access import Access
 from ator.engine.actor import lease_key
 from ator.engine.follow import TurnFollow
-from ator.engine.inspector import Inspector
 from ator.engine.mcp import McpService
-from ator.engine.prompts import Prompts
 from ator.engine.root import DEFAULT_EXTENSIONS, Engine, ExtensionFactory, assemble
 from ator.engine.tenancy import Tenancy
 from ator.engine.wire import event_frame, thread_channel
@@ -180,14 +179,11 @@ class Ator:
             raise
         registry = ProviderRegistry(settings, providers)
         price_table = prices or PriceTable.from_settings(settings)
-        core: dict[type, object] = {
-            Access: Access(db, settings), Tenancy: Tenancy(db, key), Prompts: Prompts(db),
-            Inspector: Inspector(db)}
         built = assemble(
             settings, db=db, coord=coord, providers=registry, prices=price_table,
             master_key=key, owner=settings.owner_id or f"{socket.gethostname()}:{os.getpid()}",
             tools=tools, toolsets=toolsets, hooks=hooks,
-            services={**core, **(services or {})}, extensions=extensions)
+            services=services, extensions=extensions)
         self = cls(settings, db=db, coord=coord, providers=registry, prices=price_table,
                    master_key=key, engine=built)
         if engine:
