@@ -32,6 +32,7 @@ from mcp.server.mcpserver import MCPServer
 from pgserver import PgServer
 
 from ator import Ator, Scope, Settings
+from ator.engine.mcp import McpServers
 from ator.providers.base import ModelRequest
 from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.usage import estimate_tokens
@@ -106,9 +107,9 @@ async def run_mode(mode: str, db_url: str, url: str, data_dir: Path) -> dict[str
     async with await Ator.open(settings, providers={"scripted": provider}) as ator:
         org = await ator.create_org(f"bench-{mode}")
         scope = Scope(org.id)
-        server = await ator.create_mcp_server(scope, name="catalog", url=url)
+        server = await ator.service(McpServers).create_mcp_server(scope, name="catalog", url=url)
         started = time.perf_counter()
-        report = await ator.test_mcp_server(scope, server.id)
+        report = await ator.service(McpServers).test_mcp_server(scope, server.id)
         sync_s = time.perf_counter() - started
         assert report["ok"], report
         setup = await ator.create_setup(scope, name="s", provider="scripted", model="scripted")

@@ -26,6 +26,8 @@ from sqlalchemy.engine import make_url
 
 from ator import Ator, Scope, Settings
 from ator.coord import Coordinator, LocalCoordinator, RedisCoordinator
+from ator.engine.access import Access
+from ator.engine.root import DEFAULT_EXTENSIONS
 from ator.providers.base import Provider
 from ator.store.records import Event
 
@@ -125,11 +127,12 @@ async def make_ator(settings_factory: Callable[..., Settings]) -> AsyncIterator[
     @asynccontextmanager
     async def factory(
         providers: dict[str, Provider] | None = None, tools: Any = None, toolsets: Any = (),
-        hooks: Any = (), services: Any = None, engine: bool = True, **overrides: Any
+        hooks: Any = (), services: Any = None, engine: bool = True,
+        extensions: Any = DEFAULT_EXTENSIONS, **overrides: Any
     ) -> AsyncIterator[Ator]:
         ator = await Ator.open(settings_factory(**overrides), providers=providers, tools=tools,
                                toolsets=toolsets, hooks=hooks, services=services,
-                               engine=engine)
+                               engine=engine, extensions=extensions)
         opened.append(ator)
         try:
             yield ator
@@ -192,7 +195,7 @@ async def operator_client(
     async with make_ator(**settings) as runtime:
         app = create_app(runtime.settings, runtime=runtime)
         app.state.ator = runtime
-        made = await runtime.access.bootstrap()
+        made = await runtime.service(Access).bootstrap()
         key = made[0] if made is not None else None
         if key is None:  # the session database already has keys: make a fresh operator
             org = await runtime.create_org(f"operator-{uuid.uuid4().hex[:6]}")

@@ -6,21 +6,23 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from ator import Scope
+from ator.engine.access import Access
 from ator.store.schema import api_keys
 
 
 async def test_authenticating_many_times_writes_last_used_at_once(make_ator) -> None:
     async with make_ator() as ator:
         org = await ator.create_org("keys")
-        record, key = await ator.access.issue_key(Scope(org.id), email="a@x.io", role="member",
-                                                  name="k")
-        first = await ator.access.authenticate(key)
+        access = ator.service(Access)
+        record, key = await access.issue_key(Scope(org.id), email="a@x.io", role="member",
+                                             name="k")
+        first = await ator.service(Access).authenticate(key)
         assert first is not None and first.key_id == record.id
         [row] = await ator.db.read(sa.select(api_keys.c.last_used_at)
                                    .where(api_keys.c.id == record.id))
         assert row.last_used_at is not None  # the first use is recorded
         for _ in range(49):
-            assert await ator.access.authenticate(key) == first
+            assert await ator.service(Access).authenticate(key) == first
         # No later request wrote the row again (each write would move now()).
         [again] = await ator.db.read(sa.select(api_keys.c.last_used_at)
                                      .where(api_keys.c.id == record.id))
@@ -31,9 +33,9 @@ async def test_a_revoked_key_is_refused_at_once_on_the_revoking_replica(make_ato
     async with make_ator() as ator:
         org = await ator.create_org("revoke")
         scope = Scope(org.id)
-        record, key = await ator.access.issue_key(scope, email="b@x.io", role="admin",
+        record, key = await ator.service(Access).issue_key(scope, email="b@x.io", role="admin",
                                                   name="k")
-        assert await ator.access.authenticate(key) is not None  # now cached
-        await ator.access.revoke_key(scope, record.id)
-        assert await ator.access.authenticate(key) is None
-        assert await ator.access.authenticate("ator_deadbeef_not-a-key") is None
+        assert await ator.service(Access).authenticate(key) is not None  # now cached
+        await ator.service(Access).revoke_key(scope, record.id)
+        assert await ator.service(Access).authenticate(key) is None
+        assert await ator.service(Access).authenticate("ator_deadbeef_not-a-key") is None

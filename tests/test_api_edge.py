@@ -151,7 +151,8 @@ async def test_stop_says_whether_a_turn_was_running(serve: Serve) -> None:
         thread_id = await new_thread(client, key, {"hang": True})
         idle = await client.post(f"/v1/threads/{thread_id}/stop", headers=auth(key))
         assert idle.status_code == 200
-        assert idle.json() == {"thread_id": thread_id, "stop": "idle", "running": False}
+        assert idle.json() == {"thread_id": thread_id, "stop": "idle", "running": False,
+                               "descendants": 0}
 
         posted = await client.post(f"/v1/threads/{thread_id}/messages", headers=auth(key),
                                    json={"text": "hang on"})
@@ -160,7 +161,8 @@ async def test_stop_says_whether_a_turn_was_running(serve: Serve) -> None:
         running = await client.post(f"/v1/threads/{thread_id}/stop", headers=auth(key))
         assert running.status_code == 202
         assert running.json() == {"thread_id": thread_id, "stop": "requested",
-                                  "running": True, "reason": "cancelled:user"}
+                                  "running": True, "reason": "cancelled:user",
+                                  "descendants": 0}
         ended = await follow(client, key, thread_id, "turn_ended", started["seq"])
         assert ended["data"]["stop_reason"] == "cancelled:user"
 

@@ -12,17 +12,21 @@ import pytest
 from ator.agent.caps import Caps
 from ator.errors import ConfigError
 from ator.settings import CapCeilings, Settings
+from ator.subagents.caps import SubagentCaps
 from tests.test_api import _org_with_admin, api, auth
 
 __all__ = ["api"]  # the fixture, re-used
 
 
 def test_every_cap_has_a_ceiling_and_every_default_is_under_it() -> None:
-    caps = {f.name for f in dataclasses.fields(Caps)}
+    # The loop's caps and the subagent extension's: every one the operator can ceil.
+    groups = (Caps, SubagentCaps)
+    caps = {f.name for g in groups for f in dataclasses.fields(g)}
     assert caps == set(CapCeilings.model_fields)
     ceilings = CapCeilings()
-    for name in caps:
-        assert getattr(Caps(), name) <= getattr(ceilings, name), name
+    for group in groups:
+        for f in dataclasses.fields(group):
+            assert getattr(group(), f.name) <= getattr(ceilings, f.name), f.name
 
 
 @pytest.mark.parametrize(("cap", "value", "ceiling"), [

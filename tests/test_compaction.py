@@ -274,7 +274,7 @@ async def test_a_summary_cut_short_by_a_stop_is_billed_and_not_taken_for_a_reply
         await ator.submit(scope, thread.id, "read")
         async with asyncio.timeout(30):
             await summarizing.wait()
-        assert await ator.stop(scope, thread.id)
+        assert (await ator.stop(scope, thread.id)).running
         end = await wait_for_event(ator, scope, thread.id, ended)
         assert end.data["stop_reason"] == "cancelled:user"
         calls = await _rows(ator, model_calls, thread.id)

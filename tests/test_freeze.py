@@ -16,7 +16,7 @@ def start(**changes: object) -> TurnStart:
         thread_id=uuid.uuid4(), org_id=uuid.uuid4(), setup_id=uuid.UUID(int=7),
         setup_name="s", setup_version=1, provider="scripted", model="m", persona="p",
         config={"caps": {"max_steps": 5}}, tool_policy={}, instructions="be brief",
-        parent_id=None, root_id=None, depth=0, deleted=False, monthly_budget_usd=None,
+        root_id=None, depth=0, deleted=False, monthly_budget_usd=None,
         history=[], instructions_version=1, policy="", policy_version=0)
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
@@ -33,8 +33,10 @@ def test_the_same_inputs_freeze_once_and_any_change_freezes_anew() -> None:
                     engine_version="e1")
     assert edited.caps.max_steps == 3 and edited.hash != first.hash
     assert freeze(start(), engine_version="e2").hash != first.hash
-    child = freeze(start(contract={"tools": ["calculator"]}), engine_version="e1")
-    assert child.allow == ["calculator"] and child.hash != first.hash
+    child = freeze(start(), engine_version="e1",
+                   bounds=[{"allow": ["calculator"], "deny": ["shell"]}])
+    assert child.within == (("calculator",),) and child.deny == ["shell"]
+    assert child.hash != first.hash
     # Lower ceilings (an operator's setting) clamp the caps: not the unclamped result.
     clamped = freeze(start(), engine_version="e1", ceilings=CapCeilings(max_steps=4))
     assert clamped.caps.max_steps == 4

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from ator.engine.mcp import StoredResults, read_tool_result
+from ator.engine.mcp import McpServers, McpService, StoredResults, read_tool_result
 from ator.errors import NotFound
 from ator.mcp.client import McpEndpoint, RemoteTool
 from ator.mcp.pool import McpPool
@@ -205,7 +205,7 @@ async def test_operator_stdio_servers_are_offered_to_every_org(make_ator: Any) -
                          mcp_stdio_servers={"local": [sys.executable, script]}) as ator:
         org = await ator.create_org("stdio")
         s = ToolScope(org.id, uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), None, 1)
-        tools = {t.name: t for t in await ator.mcp.toolset.tools(s)}
+        tools = {t.name: t for t in await ator.service(McpService).toolset.tools(s)}
         assert tools["local__add"].origin == "mcp:local"
         result = await run(tools["local__add"], {"a": 20, "b": 22}, ctx(s))
         assert (result.text, result.untrusted) == ("42", True)
@@ -258,7 +258,7 @@ async def test_a_server_left_out_is_told_to_the_model_before_its_first_call(
     async with make_ator(providers={"rec": Recorder()}, egress_allow=("127.0.0.1",),
                          mcp_catalog_ttl=0.001) as ator:
         scope, thread = await new_thread(ator, "rec")
-        await ator.create_mcp_server(scope, name="dead", transport="http",
+        await ator.service(McpServers).create_mcp_server(scope, name="dead", transport="http",
                                      url="http://127.0.0.1:9/mcp", timeout_s=2)
         result = await ator.ask(scope, thread.id, "hi", timeout=30)
         [row] = await ator.db.read(sa.select(model_calls.c.request_meta)

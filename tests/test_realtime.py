@@ -17,6 +17,7 @@ import socketio  # type: ignore[import-untyped]
 
 from ator import Ator, Scope
 from ator.api.app import create_app
+from ator.engine.access import Access
 from ator.store import keys as key_store
 from tests.conftest import REDIS_URL, ended, new_thread, wait_for_event
 from tests.realtime_util import Gated, append_notes, member_key, serve
@@ -200,7 +201,7 @@ async def test_send_streams_deltas_and_pushes_busy_and_idle_to_the_org_room(
     assert ended["data"]["usage"]["output_tokens"] == 3
     assert lobby.persisted() == [] and lobby.of_type("delta") == []
     assert (await chat.call("stop", thread_id=str(thread.id))) == {
-        "ok": True, "stop": "idle", "running": False}
+        "ok": True, "stop": "idle", "running": False, "descendants": 0}
 
 
 async def test_limits_on_rooms_and_sockets_and_a_revoked_key(one: Any, clients: Any) -> None:
@@ -228,7 +229,7 @@ async def test_limits_on_rooms_and_sockets_and_a_revoked_key(one: Any, clients: 
     with pytest.raises(socketio.exceptions.ConnectionError):
         await third.connect(base, key)  # a third socket for this user
     assert third.refused["data"]["code"] == "too_many_sockets"
-    await ator.access.revoke_key(Scope(scope.org_id), record.id)  # as the API revokes
+    await ator.service(Access).revoke_key(Scope(scope.org_id), record.id)  # as the API revokes
     ack = await second.call("join", thread_id=str(threads[0]))
     assert (ack["ok"], ack["error"]["code"]) == (False, "unauthenticated")
     await asyncio.wait_for(second.gone.wait(), 10)  # a command with a revoked key ends it

@@ -63,7 +63,7 @@ async def test_stop_on_the_root_posted_to_the_other_replica_cancels_the_whole_tr
 
         loop = asyncio.get_running_loop()
         started = loop.time()
-        assert await b.stop(scope, root.id) is True  # posted to B; everything runs on A
+        assert (await b.stop(scope, root.id)).running is True  # posted to B; everything runs on A
         ends = await asyncio.gather(*[
             wait_for_event(b, scope, n.id, lambda e: e.kind == "turn_ended", timeout=5)
             for n in tree])

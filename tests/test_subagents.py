@@ -132,7 +132,7 @@ async def test_five_results_reach_a_busy_parent_between_steps_each_once_in_persi
 async def _tool_ctx(ator: Any, scope: Scope, thread_id: uuid.UUID,
                     tool_use_id: str = "toolu_x") -> ToolContext:
     return ToolContext(scope.org_id, thread_id, uuid.uuid4(), tool_use_id,
-                       services={Subagents: ator.subagents})
+                       services={Subagents: ator.service(Subagents)})
 
 
 def _tool(name: str) -> Tool:
@@ -395,7 +395,7 @@ async def test_stopping_an_idle_intermediate_cancels_below_it_and_tells_its_pare
         await wait_for_event(ator, scope, lead.id, lambda e: e.kind == "turn_ended")
         (grinder,) = [n for n in await ator.tree(scope, lead.id) if n.depth == 2]
         await wait_for_event(ator, scope, grinder.id, lambda e: e.kind == "turn_started")
-        assert await ator.stop(scope, lead.id) is False  # idle: it waits for the grinder
+        assert (await ator.stop(scope, lead.id)).running is False  # idle: it waits for the grinder
         ended = await wait_for_event(ator, scope, grinder.id, lambda e: e.kind == "turn_ended")
         assert ended.data["stop_reason"] == "cancelled:cascade"
         (found,) = await _wait_results(ator, scope, root.id, 1)
@@ -403,6 +403,6 @@ async def test_stopping_an_idle_intermediate_cancels_below_it_and_tells_its_pare
         assert (meta["alias"], meta["status"], meta["reason"]) == (lead.alias, "cancelled",
                                                                   "user")
         assert "waiting for my grinder" in found.data["text"]
-        assert await ator.stop(scope, lead.id) is False  # again: nothing more to tell
+        assert (await ator.stop(scope, lead.id)).running is False  # again: nothing more to tell
         assert len(await _notifications(ator, scope, root.id)) == 1
         assert [e.kind for e in await ator.events(scope, lead.id)].count("notification") == 0

@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from ator.engine.mcp import PolicyGated
+from ator.engine.mcp import McpService, PolicyGated
 from ator.errors import EgressBlocked
 from ator.net import Egress
 from ator.store.scope import Scope as OrgScope
@@ -92,6 +92,6 @@ async def test_a_policy_change_through_this_replica_is_seen_by_the_next_turn(
         def turn() -> ToolScope:
             return ToolScope(org.id, uuid.uuid4(), uuid.uuid4(), setup.id, None, 1)
 
-        assert await ator.mcp.gated.tools(turn()) == ()
+        assert await ator.service(McpService).gated.tools(turn()) == ()
         await ator.update_setup(scope, setup.id, tool_policy={"allow": ["web_fetch"]})
-        assert [t.name for t in await ator.mcp.gated.tools(turn())] == ["web_fetch"]
+        assert [t.name for t in await ator.service(McpService).gated.tools(turn())] == ["web_fetch"]

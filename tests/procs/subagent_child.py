@@ -14,7 +14,7 @@ from uuid import UUID
 
 from ator import Ator, Scope, Settings
 from ator.providers.base import ModelRequest, StreamEvent, TextDelta
-from ator.subagents.service import parse_spawn
+from ator.subagents.service import Subagents, parse_spawn
 
 
 class Hang:
@@ -35,7 +35,7 @@ async def main() -> None:
     settings = Settings(database_url=url, data_dir=data_dir, lease_ttl=1.0, reaper_interval=60)
     ator = await Ator.open(settings, providers={"agents": provider})
     scope = Scope(UUID(org_id))
-    made = await ator.subagents.spawn(scope, UUID(parent_id), uuid.uuid4(), "toolu_killed",
+    made = await ator.service(Subagents).spawn(scope, UUID(parent_id), uuid.uuid4(), "toolu_killed",
                                       parse_spawn({"title": "doomed", "task": "work"}))
     await provider.entered.wait()
     print(f"RUNNING {made['id']}", flush=True)

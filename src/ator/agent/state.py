@@ -2,10 +2,11 @@
 imports agent.caps, providers.base, tools.toolset).
 
 `TurnContext` is frozen when the turn starts (ids, model, prompt inputs, caps, config hash)
-and shared read-only by the loop, its hooks, toolsets and the engine. `TurnState` is the one
-place a turn's running figures live (messages, steps, usage, cost, the budget reservation,
-the model call in flight); the loop writes it, everyone else reads it. Nothing is counted in
-two places.
+and shared read-only by the loop, its hooks, toolsets and the engine. It names no feature:
+an extension's own per-turn state rides in `extras`, read with `turn.get(Kind)`.
+`TurnState` is the one place a turn's running figures live (messages, steps, usage, cost,
+the budget reservation, the model call in flight); the loop writes it, everyone else reads
+it. Nothing is counted in two places.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from ator.agent.caps import Caps
@@ -22,6 +23,8 @@ from ator.providers.base import Block, Message, Usage, UsageMeter
 from ator.tools.toolset import ToolScope
 
 __all__ = ["PartialCall", "TurnContext", "TurnState"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +48,13 @@ class TurnContext:
     policy: str = ""
     policy_version: int = 0
     policy_replace: bool = False
-    parent_id: UUID | None = None  # set for a subagent
-    children: int = 0  # subagents of this thread not finished when the turn started
-    contract: dict[str, Any] | None = None  # a subagent's delegation contract
+    # Extensions' per-turn state, by its type (agent/extension.py `TurnField`, `CapGroup`).
+    extras: Mapping[type[Any], Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def get(self, kind: type[T]) -> T | None:
+        """An extension's per-turn state of type `kind`, or None when the turn has none."""
+        found = self.extras.get(kind)
+        return found if isinstance(found, kind) else None
 
     @property
     def user_id(self) -> str:

@@ -19,6 +19,7 @@ from ator.api import mcp_servers, ops, orgs, prompts, sessions, setups, stream, 
 from ator.api.console import mount_console
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
+from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.obs import gctune
 from ator.obs.logging import configure_logging
@@ -50,7 +51,7 @@ def create_app(
         app.state.ator = rt
         gateway.attach(rt)
         try:
-            announce_bootstrap(await rt.access.bootstrap())
+            announce_bootstrap(await rt.service(Access).bootstrap())
             if owned:  # a served process, not a test's runtime
                 gctune.tune(settings.gc_thresholds)
             yield

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import Depends, Request
 
 from ator.context import org_id_var, request_id_var
+from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.errors import AtorError, Forbidden, RateLimited
 from ator.security.sessions import CSRF_HEADER, SESSION_COOKIE, csrf_valid
@@ -78,7 +79,7 @@ async def _principal(request: Request, ator: Ator = Depends(get_ator)) -> Princi
     key = credential(request)
     if not key:
         raise Unauthenticated("an API key is required (Authorization: Bearer <key>)")
-    principal = await ator.access.authenticate(key)
+    principal = await ator.service(Access).authenticate(key)
     if principal is None:
         raise Unauthenticated("the API key or session is not valid, expired or was revoked")
     org_id_var.set(str(principal.org_id))

@@ -12,6 +12,7 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Depends, Response
 
 from ator.api.auth import get_ator, require
+from ator.engine.mcp import McpServers
 from ator.engine.runtime import Ator
 from ator.store.mcp_servers import McpServer
 from ator.store.records import Principal
@@ -36,21 +37,21 @@ async def create_server(
     body: dict[str, Any] = Body(...), p: Principal = Depends(require("admin")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    return view(await ator.create_mcp_server(p.scope, **body))
+    return view(await ator.service(McpServers).create_mcp_server(p.scope, **body))
 
 
 @router.get("")
 async def list_servers(
     p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return {"data": [view(s) for s in await ator.list_mcp_servers(p.scope)]}
+    return {"data": [view(s) for s in await ator.service(McpServers).list_mcp_servers(p.scope)]}
 
 
 @router.get("/{server_id}")
 async def get_server(
     server_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return view(await ator.get_mcp_server(p.scope, server_id))
+    return view(await ator.service(McpServers).get_mcp_server(p.scope, server_id))
 
 
 @router.patch("/{server_id}")
@@ -58,14 +59,14 @@ async def patch_server(
     server_id: UUID, body: dict[str, Any] = Body(...),
     p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    return view(await ator.update_mcp_server(p.scope, server_id, **body))
+    return view(await ator.service(McpServers).update_mcp_server(p.scope, server_id, **body))
 
 
 @router.delete("/{server_id}", status_code=204)
 async def delete_server(
     server_id: UUID, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
 ) -> Response:
-    await ator.delete_mcp_server(p.scope, server_id)
+    await ator.service(McpServers).delete_mcp_server(p.scope, server_id)
     return Response(status_code=204)
 
 
@@ -73,4 +74,4 @@ async def delete_server(
 async def test_server(
     server_id: UUID, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return await ator.test_mcp_server(p.scope, server_id)
+    return await ator.service(McpServers).test_mcp_server(p.scope, server_id)

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from ator.api.auth import get_ator, require
 from ator.api.problems import problem
 from ator.engine.runtime import Ator
+from ator.engine.tenancy import Tenancy
 from ator.errors import ValidationFailed
 from ator.store.records import Principal
 
@@ -46,16 +47,7 @@ async def metrics(request: Request, ator: Ator = Depends(get_ator)) -> Response:
     if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
         return problem(401, "unauthenticated", "metrics need the metrics token",
                        headers={"WWW-Authenticate": "Bearer"})
-    m = ator.runner.metrics
-    m.mailbox_depth.set(await ator.tenancy.mailbox_depth())
-    m.mailbox_lag.set(await ator.tenancy.mailbox_lag())
-    load = ator.load()
-    m.turns_in_flight.set(load["turns_in_flight"])
-    m.turns_waiting.set(load["turns_waiting"])
-    m.loop_lag.set(load["loop_lag_s"])
-    ator.runner.metrics.hub_waiters.set(ator.coord.hub.waiters)
-    ator.runner.metrics.hub_channels.set(ator.coord.hub.channels)
-    return Response(ator.runner.metrics.render(),
+    return Response(await ator.metrics_text(),
                     media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -71,9 +63,9 @@ async def usage(
     else:
         try:
             first = date.fromisoformat(month + "-01")
-            rows = await ator.tenancy.usage(p.scope, month=first, group=group_by)
+            rows = await ator.service(Tenancy).usage(p.scope, month=first, group=group_by)
         except ValueError as exc:  # the month, or the one after it, cannot be represented
             raise ValidationFailed("month must be YYYY-MM", code="invalid_month") from exc
         return {"month": first.isoformat()[:7], "group_by": group_by, "data": rows}
-    rows = await ator.tenancy.usage(p.scope, month=first, group=group_by)
+    rows = await ator.service(Tenancy).usage(p.scope, month=first, group=group_by)
     return {"month": first.isoformat()[:7], "group_by": group_by, "data": rows}

@@ -20,7 +20,9 @@ from fastapi import APIRouter, Depends, Path, Response
 from ator.api import views
 from ator.api.auth import get_ator, require
 from ator.api.schemas import KeyIn, OrgIn, OrgPatch, SecretIn, TreeCapsIn
+from ator.engine.access import Access
 from ator.engine.runtime import Ator
+from ator.engine.tenancy import Tenancy
 from ator.errors import NotFound
 from ator.store.records import Principal
 from ator.store.scope import Scope
@@ -36,7 +38,7 @@ async def create_org(
 ) -> dict[str, Any]:
     if not p.operator:
         raise NotFound("not found")  # org management does not exist for tenants
-    return views.org(await ator.tenancy.create_org(
+    return views.org(await ator.service(Tenancy).create_org(
         body.name, monthly_budget_usd=body.monthly_budget_usd,
         budget_ceiling_usd=body.budget_ceiling_usd))
 
@@ -45,14 +47,14 @@ async def create_org(
 async def list_orgs(
     p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return {"data": [views.org(o) for o in await ator.tenancy.orgs(p)]}
+    return {"data": [views.org(o) for o in await ator.service(Tenancy).orgs(p)]}
 
 
 @router.get("/orgs/{org_id}")
 async def get_org(
     org_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return views.org(await ator.tenancy.org(ator.tenancy.scope_for(p, org_id)))
+    return views.org(await ator.service(Tenancy).org(ator.service(Tenancy).scope_for(p, org_id)))
 
 
 @router.patch("/orgs/{org_id}")
@@ -62,8 +64,8 @@ async def patch_org(
 ) -> dict[str, Any]:
     changes = {name: getattr(body, name) for name in body.model_fields_set
                if name in ("monthly_budget_usd", "budget_ceiling_usd")}
-    return views.org(await ator.tenancy.update_budgets(p, ator.tenancy.scope_for(p, org_id),
-                                                       **changes))
+    tenancy = ator.service(Tenancy)
+    return views.org(await tenancy.update_budgets(p, tenancy.scope_for(p, org_id), **changes))
 
 
 @router.put("/orgs/{org_id}/tree-caps")
@@ -72,14 +74,14 @@ async def put_tree_caps(
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
     caps = body.model_dump(exclude_none=True)
-    scope = ator.tenancy.scope_for(p, org_id)
-    await ator.tenancy.org(scope)  # 404 for an org that does not exist
+    scope = ator.service(Tenancy).scope_for(p, org_id)
+    await ator.service(Tenancy).org(scope)  # 404 for an org that does not exist
     await ator.set_org_caps(scope, caps)
     return {"org_id": str(org_id), "tree_caps": caps}
 
 
 async def _issue_key(ator: Ator, scope: Scope, body: KeyIn) -> dict[str, Any]:
-    record, secret = await ator.access.issue_key(scope, email=body.email, role=body.role,
+    record, secret = await ator.service(Access).issue_key(scope, email=body.email, role=body.role,
                                                  name=body.name)
     return {**views.key(record), "key": secret}
 
@@ -98,8 +100,8 @@ async def create_org_key(
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
     """The operator's way to hand a new org its first admin key. Shown once."""
-    scope = ator.tenancy.scope_for(p, org_id)
-    await ator.tenancy.org(scope)
+    scope = ator.service(Tenancy).scope_for(p, org_id)
+    await ator.service(Tenancy).org(scope)
     return await _issue_key(ator, scope, body)
 
 
@@ -107,14 +109,14 @@ async def create_org_key(
 async def list_keys(
     p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return {"data": [views.key(k) for k in await ator.access.list_keys(p.scope)]}
+    return {"data": [views.key(k) for k in await ator.service(Access).list_keys(p.scope)]}
 
 
 @router.delete("/api-keys/{key_id}")
 async def revoke_key(
     key_id: UUID, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return views.key(await ator.access.revoke_key(p.scope, key_id))
+    return views.key(await ator.service(Access).revoke_key(p.scope, key_id))
 
 
 @router.put("/secrets/{name}", status_code=204, response_class=Response)
@@ -132,7 +134,7 @@ async def put_secret(
 async def list_secrets(
     p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return {"data": [{"name": n} for n in await ator.tenancy.secret_names(p.scope)]}
+    return {"data": [{"name": n} for n in await ator.service(Tenancy).secret_names(p.scope)]}
 
 
 @router.delete("/secrets/{name}", status_code=204, response_class=Response)
@@ -140,5 +142,5 @@ async def delete_secret(
     name: str = Path(pattern=_SECRET_NAME), p: Principal = Depends(require("admin")),
     ator: Ator = Depends(get_ator),
 ) -> Response:
-    await ator.tenancy.delete_secret(p.scope, name)
+    await ator.service(Tenancy).delete_secret(p.scope, name)
     return Response(status_code=204)

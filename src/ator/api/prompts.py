@@ -19,7 +19,8 @@ from fastapi import APIRouter, Depends, Path, Query
 
 from ator.api.auth import get_ator, require
 from ator.api.schemas import InstructionsIn, PolicyIn
-from ator.engine.prompts import LayerText, LayerVersion
+from ator.engine.inspector import Inspector
+from ator.engine.prompts import LayerText, LayerVersion, Prompts
 from ator.engine.runtime import Ator
 from ator.store.records import Principal
 
@@ -42,14 +43,14 @@ def _version(v: LayerVersion) -> dict[str, Any]:
 async def get_policy(
     p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return _layer(await ator.prompts.policy(p.scope))
+    return _layer(await ator.service(Prompts).policy(p.scope))
 
 
 @router.put("/org/policy")
 async def put_policy(
     body: PolicyIn, p: Principal = Depends(require("admin")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return _layer(await ator.prompts.set_policy(p.scope, body.text, replace=body.replace,
+    return _layer(await ator.service(Prompts).set_policy(p.scope, body.text, replace=body.replace,
                                                 if_version=body.if_version))
 
 
@@ -58,7 +59,7 @@ async def policy_versions(
     limit: int = Query(default=50, ge=1, le=200),
     p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    return {"data": [_version(v) for v in await ator.prompts.policy_versions(p.scope,
+    return {"data": [_version(v) for v in await ator.service(Prompts).policy_versions(p.scope,
                                                                               limit=limit)]}
 
 
@@ -66,7 +67,7 @@ async def policy_versions(
 async def get_instructions(
     thread_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return _layer(await ator.prompts.instructions(p.scope, thread_id))
+    return _layer(await ator.service(Prompts).instructions(p.scope, thread_id))
 
 
 @router.put("/threads/{thread_id}/instructions")
@@ -74,7 +75,7 @@ async def put_instructions(
     thread_id: UUID, body: InstructionsIn, p: Principal = Depends(require("member")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    return _layer(await ator.prompts.set_instructions(p.scope, thread_id, body.text,
+    return _layer(await ator.service(Prompts).set_instructions(p.scope, thread_id, body.text,
                                                       if_version=body.if_version))
 
 
@@ -83,7 +84,7 @@ async def instruction_versions(
     thread_id: UUID, limit: int = Query(default=50, ge=1, le=200),
     p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    found = await ator.prompts.instruction_versions(p.scope, thread_id, limit=limit)
+    found = await ator.service(Prompts).instruction_versions(p.scope, thread_id, limit=limit)
     return {"data": [_version(v) for v in found]}
 
 
@@ -91,7 +92,7 @@ async def instruction_versions(
 async def turn_calls(
     turn_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
 ) -> dict[str, Any]:
-    return {"data": await ator.inspector.turn_calls(p.scope, turn_id)}
+    return {"data": await ator.service(Inspector).turn_calls(p.scope, turn_id)}
 
 
 @router.get("/calls/{call_id}")
@@ -99,4 +100,4 @@ async def get_call(
     call_id: int = Path(ge=1, le=2**63 - 1), p: Principal = Depends(require("viewer")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    return await ator.inspector.call(p.scope, call_id)
+    return await ator.service(Inspector).call(p.scope, call_id)

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ator.api.auth import Unauthenticated, credential, get_ator, require
+from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.errors import RateLimited
 from ator.security.sessions import SESSION_COOKIE, csrf_token, is_session_token
@@ -47,7 +48,7 @@ async def login(body: LoginIn, request: Request, response: Response,
     if await ator.coord.hit(f"login:{client}", 60.0) > _LOGINS_PER_MINUTE:
         raise RateLimited("too many login attempts from this address; wait a minute",
                           retry_after=60.0 - (time.time() % 60.0))
-    opened = await ator.access.open_session(body.key.strip())
+    opened = await ator.service(Access).open_session(body.key.strip())
     if opened is None:
         raise Unauthenticated("that API key is not valid or was revoked: check it, or ask "
                               "an admin of your org for a new one")
@@ -73,7 +74,7 @@ async def logout(request: Request, p: Principal = Depends(require("viewer")),
                  ator: Ator = Depends(get_ator)) -> Response:
     token = credential(request)
     if token and is_session_token(token):
-        await ator.access.close_session(token)
+        await ator.service(Access).close_session(token)
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
                            secure=request.url.scheme == "https")

@@ -152,8 +152,10 @@ async def stop_thread(
     thread_id: UUID, response: Response, p: Principal = Depends(require("member")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    if await ator.stop(p.scope, thread_id):
+    stopped = await ator.stop(p.scope, thread_id)
+    if stopped.running:
         return {"thread_id": str(thread_id), "stop": "requested", "running": True,
-                "reason": "cancelled:user"}
+                "reason": "cancelled:user", "descendants": stopped.descendants}
     response.status_code = 200
-    return {"thread_id": str(thread_id), "stop": "idle", "running": False}
+    return {"thread_id": str(thread_id), "stop": "idle", "running": False,
+            "descendants": stopped.descendants}

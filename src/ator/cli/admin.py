@@ -21,7 +21,9 @@ from rich.text import Text
 
 from ator.cli.edge import load_settings, user_errors
 from ator.cli.render import console, err_console, fail, money
+from ator.engine.access import Access
 from ator.engine.runtime import Ator
+from ator.engine.tenancy import Tenancy
 from ator.store.records import ApiKey
 from ator.store.scope import ROLES, Scope
 
@@ -79,7 +81,7 @@ def create_org(
 ) -> None:
     """Create an org (a tenant). Prints its id."""
     monthly, top = _usd(budget, "--budget"), _usd(ceiling, "--ceiling")
-    org = _run(lambda ator: ator.tenancy.create_org(name, monthly_budget_usd=monthly,
+    org = _run(lambda ator: ator.service(Tenancy).create_org(name, monthly_budget_usd=monthly,
                                                  budget_ceiling_usd=top))
     err_console.print(f"created org {org.name!r} (monthly budget "
                       f"{_money(org.monthly_budget_usd)}, ceiling "
@@ -94,7 +96,7 @@ def set_ceiling(
 ) -> None:
     """Set or clear the operator's monthly budget ceiling of an org."""
     top = None if ceiling.lower() == "none" else _usd(ceiling, "the ceiling")
-    found = _run(lambda ator: ator.tenancy.set_ceiling(Scope(org), top))
+    found = _run(lambda ator: ator.service(Tenancy).set_ceiling(Scope(org), top))
     err_console.print(f"org {found.name!r}: ceiling {_money(found.budget_ceiling_usd)}, "
                       f"limit in force {_money(found.budget_limit_usd)}")
 
@@ -114,8 +116,8 @@ def create_key(
 
     async def work(ator: Ator) -> tuple[ApiKey, str]:
         scope = Scope(org)
-        await ator.tenancy.org(scope)  # NotFound: a clear error, not a bare insert
-        return await ator.access.issue_key(scope, email=email, role=role, name=name)
+        await ator.service(Tenancy).org(scope)  # NotFound: a clear error, not a bare insert
+        return await ator.service(Access).issue_key(scope, email=email, role=role, name=name)
 
     record, key = _run(work)
     err_console.print(f"created {record.role} key {record.name!r} ({record.id}) for {email} "
@@ -127,7 +129,7 @@ def create_key(
 @admin_app.command("list-orgs")
 def list_orgs() -> None:
     """List every org with its budget and ceiling."""
-    found = _run(lambda ator: ator.tenancy.all_orgs())
+    found = _run(lambda ator: ator.service(Tenancy).all_orgs())
     table = Table()
     for column in ("id", "name", "monthly budget", "ceiling", "created"):
         table.add_column(column, no_wrap=column != "name")
@@ -140,7 +142,7 @@ def list_orgs() -> None:
 @admin_app.command()
 def bootstrap() -> None:
     """Create the operator org and its admin key if the database has no key yet."""
-    made = _run(lambda ator: ator.access.bootstrap())
+    made = _run(lambda ator: ator.service(Access).bootstrap())
     key = made[0] if made is not None else None
     if key is None:
         err_console.print(Text("API keys exist already: nothing to do (create more with "

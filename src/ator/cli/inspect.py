@@ -20,6 +20,7 @@ from ator.cli.edge import load_settings, user_errors
 from ator.cli.remote import ApiClient
 from ator.cli.render import console, fail
 from ator.cli.workspace import Workspace
+from ator.engine.inspector import Inspector
 from ator.engine.runtime import Ator
 from ator.settings import Settings
 
@@ -66,7 +67,7 @@ async def _local(settings: Settings, turn: UUID, org: UUID | None) -> list[dict[
     ator = await Ator.open(settings, engine=False)
     try:
         ws = await Workspace.open(ator, org_id=org)
-        return await ator.inspector.turn_calls(ws.scope, turn)
+        return await ator.service(Inspector).turn_calls(ws.scope, turn)
     finally:
         await ator.close()
 

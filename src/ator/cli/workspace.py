@@ -16,6 +16,7 @@ from uuid import UUID
 
 from ator.cli.state import CliState
 from ator.engine.runtime import Ator
+from ator.engine.tenancy import Tenancy
 from ator.errors import ConfigError, NotFound
 from ator.providers.builtin import BUILTIN
 from ator.providers.registry import default_provider
@@ -87,15 +88,15 @@ class Workspace:
         new one. Raises NotFound when an explicit `org_id` does not exist."""
         state = CliState(ator.settings.data_dir, ator.db.url)
         if org_id is not None:
-            return cls(ator, state, await ator.tenancy.org(Scope(org_id)), reused=True)
+            return cls(ator, state, await ator.service(Tenancy).org(Scope(org_id)), reused=True)
         remembered = _uuid(state.get("org_id"))
         if remembered is not None:
             try:
-                org = await ator.tenancy.org(Scope(remembered))
+                org = await ator.service(Tenancy).org(Scope(remembered))
                 return cls(ator, state, org, reused=True)
             except NotFound:
                 state.set("org_id", None)
-        named = [o for o in await ator.tenancy.all_orgs() if o.name == ORG_NAME]
+        named = [o for o in await ator.service(Tenancy).all_orgs() if o.name == ORG_NAME]
         reused = bool(named)
         org = named[0] if named else await ator.create_org(ORG_NAME)
         state.set("org_id", str(org.id))

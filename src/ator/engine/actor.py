@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import uuid
+from collections.abc import Callable
 from uuid import UUID
 
 from ator.coord.base import Coordinator
@@ -38,7 +39,7 @@ from ator.obs.logging import get_logger
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["Actor", "lease_key"]
+__all__ = ["Actor", "Wakes", "lease_key"]
 
 log = get_logger("ator.engine.actor")
 
@@ -51,11 +52,38 @@ def _mark_key(thread_id: UUID) -> str:
     return f"more:thread:{thread_id}"
 
 
+class Wakes:
+    """Waking a thread and stopping its turn, for what is built before the actor (the
+    extensions, `agent.extension.Waker`): the mark and the stop travel over the coordinator;
+    the local wake is the actor's, which serves it once made (`Actor(wakes=…)`)."""
+
+    def __init__(self, coord: Coordinator, lease_ttl: float) -> None:
+        self.coord = coord
+        self.lease_ttl = lease_ttl
+        self._local: Callable[[Scope, UUID], None] | None = None
+
+    def serve(self, local: Callable[[Scope, UUID], None]) -> None:
+        self._local = local
+
+    async def notify(self, scope: Scope, thread_id: UUID) -> None:
+        """A new item is in the mailbox: make sure some replica runs the thread."""
+        await self.coord.mark(_mark_key(thread_id), self.lease_ttl * 4)
+        if self._local is not None:
+            self._local(scope, thread_id)
+
+    async def stop(self, thread_id: UUID, reason: str = "user") -> None:
+        """Abort the thread's running turn wherever it runs."""
+        payload = json.dumps({"thread_id": str(thread_id), "reason": reason})
+        await self.coord.publish(ABORT_CHANNEL, payload)
+
+
 class Actor:
     def __init__(
         self, *, db: Database, coord: Coordinator, runner: TurnRunner, owner: str,
-        lease_ttl: float, max_in_flight: int = 1000,
+        lease_ttl: float, max_in_flight: int = 1000, wakes: Wakes | None = None,
     ) -> None:
+        self.wakes = wakes or Wakes(coord, lease_ttl)
+        self.wakes.serve(self.wake)
         self.db = db
         self.coord = coord
         self.runner = runner
@@ -116,8 +144,7 @@ class Actor:
 
     async def notify(self, scope: Scope, thread_id: UUID) -> None:
         """A new item is in the mailbox: make sure some replica runs the thread."""
-        await self.coord.mark(_mark_key(thread_id), self.lease_ttl * 4)
-        self.wake(scope, thread_id)
+        await self.wakes.notify(scope, thread_id)
 
     def wake(self, scope: Scope, thread_id: UUID, *, force: bool = False) -> None:
         """Run the thread here if no local pump does. `force` runs one drain even without a
@@ -154,8 +181,7 @@ class Actor:
 
     async def stop(self, thread_id: UUID, reason: str = "user") -> None:
         """Abort the thread's running turn wherever it runs."""
-        payload = json.dumps({"thread_id": str(thread_id), "reason": reason})
-        await self.coord.publish(ABORT_CHANNEL, payload)
+        await self.wakes.stop(thread_id, reason)
 
     def _on_abort(self, message: str) -> None:
         try:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
-from fnmatch import fnmatchcase
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ator import jsonenc
-from ator.agent.caps import CapCeilings, Caps
+from ator.agent.caps import CapCeilings, CapGroup, Caps, parse_caps
 from ator.security.redact import redact
 from ator.store.turns import TurnStart
 
@@ -30,6 +30,10 @@ class FrozenConfig:
     allow: list[str] | None
     deny: list[str]
     cache: bool
+    # Allow lists the turn's tools must match besides `allow` (bounds set above the thread).
+    within: tuple[tuple[str, ...], ...] = ()
+    # The extensions' caps (`CapGroup`), by kind.
+    extra_caps: Mapping[type[Any], Any] = field(default_factory=dict)
 
 
 def _digest(text: str) -> str:
@@ -46,19 +50,25 @@ _FROZEN_MAX = 1024
 
 
 def freeze(
-    ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None = None
+    ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None = None,
+    groups: Sequence[CapGroup] = (), bounds: Sequence[Mapping[str, Any]] = (),
 ) -> FrozenConfig:
     """Raises ConfigError when the setup's caps are invalid. A cap above the operator's
-    ceiling (lowered since the setup was written) is clamped to it, not refused."""
+    ceiling (lowered since the setup was written) is clamped to it, not refused.
+
+    `bounds` are tool policies (`{"allow": [...] | None, "deny": [...]}`) the turn's tools
+    must satisfy besides the setup's own: each narrows, none widens. `groups` are the
+    extensions' caps, parsed with the loop's."""
     key = (ctx.setup_id, ctx.setup_version, ctx.persona, ctx.instructions,
            ctx.instructions_version, ctx.policy, ctx.policy_version, ctx.policy_replace,
-           ctx.depth, None if ctx.contract is None else jsonenc.canonical(ctx.contract),
-           engine_version, ceilings)
+           ctx.depth, jsonenc.canonical(list(bounds)) if bounds else None,
+           engine_version, ceilings, tuple(groups))
     found = _FROZEN.get(key)
     if found is not None:
         _FROZEN.move_to_end(key)
         return found
-    frozen = _freeze(ctx, engine_version=engine_version, ceilings=ceilings)
+    frozen = _freeze(ctx, engine_version=engine_version, ceilings=ceilings, groups=groups,
+                     bounds=bounds)
     _FROZEN[key] = frozen
     if len(_FROZEN) > _FROZEN_MAX:
         _FROZEN.popitem(last=False)
@@ -66,16 +76,18 @@ def freeze(
 
 
 def _freeze(
-    ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None
+    ctx: TurnStart, *, engine_version: str, ceilings: CapCeilings | None,
+    groups: Sequence[CapGroup], bounds: Sequence[Mapping[str, Any]],
 ) -> FrozenConfig:
-    caps = Caps.from_config(ctx.config.get("caps"), ceilings, clamp=True)
+    caps, extra_caps = parse_caps(ctx.config.get("caps"), ceilings, groups, clamp=True)
     policy = ctx.tool_policy or {}
     allow = policy.get("allow")
     deny = list(policy.get("deny") or [])
-    narrowed = (ctx.contract or {}).get("tools")
-    if narrowed is not None:  # a subagent's contract narrows its tools, never widens them
-        allow = [t for t in narrowed
-                 if allow is None or any(fnmatchcase(t, a) for a in allow)]
+    within: list[tuple[str, ...]] = []
+    for bound in bounds:
+        deny += [d for d in bound.get("deny") or [] if d not in deny]
+        if bound.get("allow") is not None:
+            within.append(tuple(bound["allow"]))
     snapshot = {
         "engine": engine_version,
         "setup": {
@@ -90,10 +102,10 @@ def _freeze(
         },
         "thread": {"instructions_hash": _digest(ctx.instructions),
                    "instructions_version": ctx.instructions_version, "depth": ctx.depth,
-                   **({"tools": narrowed} if narrowed is not None else {})},
+                   **({"bounds": list(bounds)} if bounds else {})},
         "org": {"policy_hash": _digest(ctx.policy), "policy_version": ctx.policy_version,
                 "policy_replace": ctx.policy_replace},
-        "caps": asdict(caps),
+        "caps": {k: v for c in (caps, *extra_caps.values()) for k, v in asdict(c).items()},
     }
     canonical = jsonenc.canonical(snapshot)
     return FrozenConfig(
@@ -103,4 +115,6 @@ def _freeze(
         allow=list(allow) if allow is not None else None,
         deny=deny,
         cache=bool(ctx.config.get("prompt_cache", True)),
+        within=tuple(within),
+        extra_caps=extra_caps,
     )

@@ -5,8 +5,8 @@ errors).
 `McpService` owns the session pool, the per-turn `McpToolset`, the stored-results service
 that `read_tool_result` pages through (tools/results.py; the registry decides the pages),
 and the catalog a turn reads (the org's enabled servers with their secret references
-resolved). `McpMethods` is mixed into `Ator`: CRUD
-and `test_mcp_server` with the checks a tenant's input needs — http only (stdio servers
+resolved). `McpServers` is the org resource's service: CRUD and `test_mcp_server` with the
+checks a tenant's input needs — http only (stdio servers
 come from the operator's settings), a URL the egress guard may reach, headers as secret
 references only.
 """
@@ -43,7 +43,7 @@ from ator.tools.results import StoredResults, read_tool_result
 from ator.tools.toolset import OrgToolScope, ToolScope
 from ator.tools.web import web_fetch_tool
 
-__all__ = ["McpMethods", "McpServerIn", "McpService", "PolicyGated", "StoredResults",
+__all__ = ["McpServerIn", "McpServers", "McpService", "PolicyGated", "StoredResults",
            "read_tool_result"]
 
 log = logging.getLogger(__name__)
@@ -200,11 +200,13 @@ class PolicyGated:
         return tuple(t for t in self._tools if t.name in allow)
 
 
-class McpMethods:
-    """`Ator`'s MCP server methods (mixed into `Ator`; uses its `db`, `mcp`)."""
+class McpServers:
+    """An org's MCP servers: CRUD and `test_mcp_server` (the service the API reaches through
+    `Ator.service(McpServers)`)."""
 
-    db: Database
-    mcp: McpService
+    def __init__(self, db: Database, mcp: McpService) -> None:
+        self.db = db
+        self.mcp = mcp
 
     def _check_server(self, values: Mapping[str, Any]) -> dict[str, Any]:
         check_storable(dict(values))  # NUL: `unstorable_value`, as in every request body

@@ -1,8 +1,10 @@
 """`Ator`: the Python API of the runtime (layer: engine; imports store, coord, providers,
 tools, cost, security, engine.*).
 
-The HTTP API and the CLI sit on this class. It owns the database, the coordinator, the thread
-actor and the reaper, and every method that touches tenant data takes a `Scope`.
+The HTTP API and the CLI sit on this class, the one public facade: conversations and their
+records are its methods, every other service is reached through `service(Kind)`, and every
+method that touches tenant data takes a `Scope`. What it serves is assembled by the
+composition root (`engine/root.py`) from extensions (MCP and subagents by default).
 
     async with await Ator.open(settings) as ator:
         org = await ator.create_org("acme")
@@ -25,30 +27,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
-import ator
-from ator.agent.caps import Caps
 from ator.agent.hooks import LoopHook
 from ator.coord import coordinator_from_url
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
-from ator.engine.access import Access
-from ator.engine.actor import Actor, lease_key
-from ator.engine.compaction import ContextPolicy
+from ator.engine.actor import lease_key
 from ator.engine.follow import TurnFollow
-from ator.engine.inspector import Inspector
-from ator.engine.mcp import McpMethods, McpService, StoredResults
-from ator.engine.mcp_notices import McpNotices
-from ator.engine.prompts import Prompts
-from ator.engine.publish import Publisher
-from ator.engine.reaper import Reaper
+from ator.engine.mcp import McpService
+from ator.engine.root import DEFAULT_EXTENSIONS, Engine, ExtensionFactory, assemble
 from ator.engine.tenancy import Tenancy
-from ator.engine.tool_calls import ToolCalls
-from ator.engine.turn import TurnRunner
 from ator.engine.wire import event_frame, thread_channel
-from ator.errors import ConfigError, Conflict, EgressBlocked, ValidationFailed
+from ator.errors import ConfigError, Conflict, EgressBlocked
 from ator.obs.looplag import LoopLag
 from ator.providers.base import Provider
 from ator.providers.config import ConfigPolicy, ProviderConfig
@@ -66,28 +58,24 @@ from ator.store import turns as turn_store
 from ator.store.database import Database, open_database
 from ator.store.records import Event, MailboxItem, Org, Setup, Thread, TreeNode, Turn
 from ator.store.scope import Scope
-from ator.subagents.service import ChildBudget, ResultInjector, Results, Subagents
-from ator.subagents.tools import subagent_tools
+from ator.subagents.service import Subagents
 from ator.tools.base import Tool
-from ator.tools.builtin import builtin_tools
 from ator.tools.policy import parse_tool_policy
-from ator.tools.toolset import OrgToolset, StaticToolset, Toolset
+from ator.tools.toolset import StaticToolset, Toolset
 
-__all__ = ["Ator", "TurnResult"]
+__all__ = ["Ator", "Stopped", "TurnResult"]
+
+_MAX_TEXT = 100_000
+T = TypeVar("T")
 
 
-class _ActorWaker:
-    """What subagents may ask of the engine: wake a thread, stop a thread's turn anywhere
-    (the actor is made after the service, so it is looked up when used)."""
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """What a stop did: whether the thread's own turn was running, and how many of its
+    descendants (subagents at any depth, not already stopped) were stopped with it."""
 
-    def __init__(self, ator: Ator) -> None:
-        self._ator = ator
-
-    async def notify(self, scope: Scope, thread_id: UUID) -> None:
-        await self._ator.actor.notify(scope, thread_id)
-
-    async def stop(self, thread_id: UUID, reason: str = "user") -> None:
-        await self._ator.actor.stop(thread_id, reason)
+    running: bool
+    descendants: int
 
 
 @dataclass
@@ -103,7 +91,11 @@ class TurnResult:
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
-class Ator(McpMethods):
+class Ator:
+    """The one public facade: conversations and their records here, every other service
+    through `service(Kind)`. Built by `Ator.open` from the composition root
+    (`engine/root.py`), which assembles the engine from its extensions."""
+
     def __init__(
         self,
         settings: Settings,
@@ -111,58 +103,33 @@ class Ator(McpMethods):
         db: Database,
         coord: Coordinator,
         providers: ProviderRegistry,
-        toolsets: Iterable[Toolset],
         prices: PriceTable,
         master_key: MasterKey,
-        hooks: Iterable[LoopHook] = (),
-        services: Mapping[type, object] | None = None,
+        engine: Engine,
     ) -> None:
         self.settings = settings
         self.db = db
         self.coord = coord
         self.providers = providers
-        self.toolsets = list(toolsets)
         self.prices = prices
         self.master_key = master_key
-        self.owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}"
-        self.publisher = Publisher(coord)
+        self.engine = engine
+        self.publisher = engine.publisher
+        self.runner = engine.runner
+        self.actor = engine.actor
+        self.reaper = engine.reaper
         # New messages take at most half the database pool: under a burst, accepted turns
         # start, stream and finish ahead of further arrivals instead of queueing behind them
         # for a connection (backpressure lands on the POST, not on work already accepted).
         self._ingest = asyncio.Semaphore(max(1, settings.db_pool_size // 2))
-        self.access = Access(db, settings)
-        self.tenancy = Tenancy(db, master_key)
-        self.prompts = Prompts(db)
-        self.inspector = Inspector(db)
-        self.mcp = McpService(settings, db, master_key)
-        self.toolsets += [self.mcp.gated, self.mcp.toolset]
-        # Subagents plug in through the seams: tools, a service, two hooks, a turn end.
-        self.subagents = Subagents(db, _ActorWaker(self), ceilings=settings.cap_ceilings)
-        hooks = [McpNotices(self.mcp.toolset), ResultInjector(self.subagents),
-                 ChildBudget(self.subagents), *hooks]
-        services = {StoredResults: self.mcp.results, Subagents: self.subagents,
-                    **(services or {})}
-        # Tools outside a turn (the MCP gateway, workflow steps): the same tools and rules.
-        self.tool_calls = ToolCalls(
-            db, [t for t in self.toolsets if isinstance(t, OrgToolset)],
-            timeout=Caps().tool_timeout, result_chars=Caps().tool_result_chars,
-            services={StoredResults: self.mcp.results})
-        self.runner = TurnRunner(
-            db=db, publisher=self.publisher, providers=providers, toolsets=self.toolsets,
-            prices=prices, master_key=master_key, owner=self.owner,
-            engine_version=ator.__version__, budget_fail_closed=settings.budget_fail_closed,
-            cap_ceilings=settings.cap_ceilings, hooks=list(hooks), services=services,
-            context=ContextPolicy.from_settings(settings),
-            ends=[Results(self.subagents)],
-        )
-        self.actor = Actor(db=db, coord=coord, runner=self.runner, owner=self.owner,
-                           lease_ttl=settings.lease_ttl,
-                           max_in_flight=settings.max_turns_in_flight)
         self.loop_lag = LoopLag()
-        self.reaper = Reaper(db=db, coord=coord, actor=self.actor, runner=self.runner,
-                             owner=self.owner, ttl=settings.lease_ttl,
-                             interval=settings.reaper_interval)
         self._engine_started = False
+
+    def service(self, kind: type[T]) -> T:
+        """The engine's service of type `kind` (`Access`, `Tenancy`, `Prompts`,
+        `Inspector`, an extension's: `Subagents`, `McpServers`, …). Raises ConfigError when
+        the engine has none."""
+        return self.engine.services.get(kind)
 
     @classmethod
     async def open(
@@ -177,20 +144,22 @@ class Ator(McpMethods):
         prices: PriceTable | None = None,
         coordinator: Coordinator | None = None,
         engine: bool = True,
+        extensions: Sequence[ExtensionFactory] = DEFAULT_EXTENSIONS,
     ) -> Ator:
         """Connect (or start the embedded database), migrate, and start the engine.
 
-        `tools` are the native tools every turn may use (default: the built-ins and the
-        subagent tools);
+        `tools` are the native tools every turn may use (default: the built-ins and every
+        extension's, e.g. the subagent tools; a caller that names its tools adds
+        `subagent_tools()` to delegate);
         `toolsets` add tools asked for per turn; `hooks` run around every model call;
-        `services` are what tools may reach through `ToolContext.service`.
+        `services` are what tools may reach through `ToolContext.service`;
+        `extensions` build the features (default: MCP and subagents).
         `engine=False` gives a client that can write and read but runs no turns and no
         reaper (e.g. an admin command)."""
         settings = settings or Settings()
-        # The default native tools include the subagent tools (agent_spawn, …); a caller
-        # that names its tools adds `subagent_tools()` to delegate.
-        native = StaticToolset([*builtin_tools(), *subagent_tools()] if tools is None
-                               else tools)  # checked first
+        if tools is not None:  # a bad tool list is refused before anything is opened
+            tools = list(tools)
+            StaticToolset(tools)
         if settings.master_key is not None:
             key = MasterKey.from_b64(settings.master_key.get_secret_value())
         else:
@@ -207,13 +176,15 @@ class Ator(McpMethods):
         except BaseException:
             await db.close()
             raise
-        self = cls(
-            settings, db=db, coord=coord,
-            providers=ProviderRegistry(settings, providers),
-            toolsets=[native, *toolsets],
-            prices=prices or PriceTable.from_settings(settings), master_key=key, hooks=hooks,
-            services=services,
-        )
+        registry = ProviderRegistry(settings, providers)
+        price_table = prices or PriceTable.from_settings(settings)
+        built = assemble(
+            settings, db=db, coord=coord, providers=registry, prices=price_table,
+            master_key=key, owner=settings.owner_id or f"{socket.gethostname()}:{os.getpid()}",
+            tools=tools, toolsets=toolsets, hooks=hooks,
+            services=services, extensions=extensions)
+        self = cls(settings, db=db, coord=coord, providers=registry, prices=price_table,
+                   master_key=key, engine=built)
         if engine:
             try:
                 await self.start_engine()
@@ -222,11 +193,17 @@ class Ator(McpMethods):
                 raise
         return self
 
+    @property
+    def owner(self) -> str:
+        return self.runner.owner
+
     async def start_engine(self) -> None:
         if not self._engine_started:
             # Import the provider SDKs in a worker thread now: the first model call would
             # otherwise import them on the event loop (~1 s frozen for every tenant).
             await self.providers.preload()
+            for extension in self.engine.extensions:
+                await extension.start()
             await self.publisher.start()
             await self.actor.start()
             self.reaper.start()
@@ -236,8 +213,9 @@ class Ator(McpMethods):
     async def close(self) -> None:
         """Stop the engine and close every resource. One part failing does not leave the
         others open; the first failure is raised after all were tried."""
-        steps = [self.mcp.aclose, self.providers.aclose, self.publisher.aclose,
-                 self.coord.close, self.db.close]
+        steps = [*(e.aclose for e in reversed(self.engine.extensions)),
+                 self.providers.aclose, self.publisher.aclose, self.coord.close,
+                 self.db.close]
         if self._engine_started:
             steps = [self.loop_lag.close, self.reaper.close, self.actor.close, *steps]
             self._engine_started = False
@@ -271,6 +249,21 @@ class Ator(McpMethods):
                 "turns_waiting": self.actor.admission.waiting,
                 "loop_lag_s": round(self.loop_lag.lag, 4)}
 
+    async def metrics_text(self) -> bytes:
+        """This process's metrics in the Prometheus text format, with the gauges read now
+        (mailbox depth and lag, load, the coordinator hub's waiters and channels)."""
+        m = self.runner.metrics
+        tenancy = self.service(Tenancy)
+        m.mailbox_depth.set(await tenancy.mailbox_depth())
+        m.mailbox_lag.set(await tenancy.mailbox_lag())
+        load = self.load()
+        m.turns_in_flight.set(load["turns_in_flight"])
+        m.turns_waiting.set(load["turns_waiting"])
+        m.loop_lag.set(load["loop_lag_s"])
+        m.hub_waiters.set(self.coord.hub.waiters)
+        m.hub_channels.set(self.coord.hub.channels)
+        return m.render()
+
     async def __aenter__(self) -> Ator:
         return self
 
@@ -283,25 +276,15 @@ class Ator(McpMethods):
         self, name: str, *, monthly_budget_usd: Decimal | None = None,
         budget_ceiling_usd: Decimal | None = None,
     ) -> Org:
-        return await self.tenancy.create_org(name, monthly_budget_usd=monthly_budget_usd,
-                                             budget_ceiling_usd=budget_ceiling_usd)
+        return await self.service(Tenancy).create_org(
+            name, monthly_budget_usd=monthly_budget_usd, budget_ceiling_usd=budget_ceiling_usd)
 
     async def set_org_caps(self, scope: Scope, caps: dict[str, Any]) -> None:
-        """Set the org's subagent tree caps (`subagent_depth`, `subagent_width`,
-        `subagent_live`, `tree_tokens`, `tree_usd`): each lowers what the org's setups
-        allow. Raises ConfigError (422) for another cap, a bad value or one above the
-        operator's ceiling."""
-        tree_caps = {"subagent_depth", "subagent_width", "subagent_live", "tree_tokens",
-                     "tree_usd"}
-        unknown = set(caps) - tree_caps
-        if unknown:
-            raise ValidationFailed(f"not a tree cap: {', '.join(sorted(unknown))}; known: "
-                                   f"{', '.join(sorted(tree_caps))}", code="invalid_cap")
-        Caps.from_config(caps, self.settings.cap_ceilings)
-        await tree_store.set_org_caps(self.db, scope, caps)
+        """Set the org's subagent tree caps (`Subagents.set_org_caps`)."""
+        await self.service(Subagents).set_org_caps(scope, caps)
 
     async def put_secret(self, scope: Scope, name: str, value: str) -> None:
-        await self.tenancy.put_secret(scope, name, value)
+        await self.service(Tenancy).put_secret(scope, name, value)
 
     def validate_setup(
         self,
@@ -315,7 +298,7 @@ class Ator(McpMethods):
         parsed = self.providers.parse_config(provider, config,
                                              ConfigPolicy.from_settings(self.settings))
         try:
-            Caps.from_config(parsed.caps, self.settings.cap_ceilings)
+            self.engine.check_caps(parsed.caps)
         except ConfigError as exc:
             code = exc.code if exc.code != ConfigError.code else "invalid_cap"
             raise refuse(("config", "caps"), exc.message, code) from None
@@ -365,7 +348,8 @@ class Ator(McpMethods):
                     self.db, scope, setup_id, expected_version=current.version, **wanted)
             except Conflict:
                 continue
-            self.mcp.gated.recent.drop((scope.org_id, setup_id))  # its tool policy may change
+            # Its tool policy may change: the gated tools' cache of it goes.
+            self.service(McpService).gated.recent.drop((scope.org_id, setup_id))
             return updated
         raise Conflict("the setup kept changing while this update was validated; retry",
                        code="setup_changed")
@@ -440,17 +424,18 @@ class Ator(McpMethods):
         """`busy` of each thread (a page of a thread list), asked concurrently."""
         return list(await asyncio.gather(*(self.busy(t) for t in thread_ids)))
 
-    async def stop(self, scope: Scope, thread_id: UUID, reason: str = "user") -> bool:
-        """Abort the thread's running turn, on whichever replica runs it. Returns whether
-        one was running (some replica held the thread's lease); an idle thread gets no abort,
-        so a turn that starts later is not stopped by it. Raises NotFound (another org's)."""
+    async def stop(self, scope: Scope, thread_id: UUID, reason: str = "user") -> Stopped:
+        """Abort the thread's running turn, on whichever replica runs it, and stop its
+        subtree. Says whether a turn was running (some replica held the thread's lease; an
+        idle thread gets no abort, so a turn that starts later is not stopped by it) and how
+        many descendants were stopped. Raises NotFound (another org's)."""
         await thread_store.get_thread(self.db, scope, thread_id)  # 404 for another org
         # Its subagents stop with it, wherever they run; their results are dropped.
-        await self.subagents.cascade(scope, thread_id, reason)
+        below = await self.service(Subagents).cascade(scope, thread_id, reason)
         if await self.coord.holder(lease_key(thread_id)) is None:
-            return False
+            return Stopped(running=False, descendants=len(below))
         await self.actor.stop(thread_id, reason)
-        return True
+        return Stopped(running=True, descendants=len(below))
 
     async def tree(self, scope: Scope, thread_id: UUID) -> list[TreeNode]:
         """The thread and its subagents, parents first, each with status, steps, tokens,

@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any
 
+from ator.agent.extension import TurnEnd
 from ator.agent.hooks import Injection
 from ator.agent.loop import ModelReply
 from ator.agent.state import TurnContext, TurnState
@@ -55,19 +56,6 @@ class TurnLost(AtorError):
 
     kind = "lost"
     code = "turn_lost"
-
-
-class TurnEnd(Protocol):
-    """Something a feature adds to a turn's final write, and does once it committed."""
-
-    def parts(self, turn: TurnContext, state: TurnState,
-              finish: turn_store.Finished) -> Sequence[turn_store.StepPart]:
-        """Parts for the statement that ends the turn ([] to add nothing)."""
-        ...
-
-    async def committed(self, turn: TurnContext, write: turn_store.StepWrite) -> None:
-        """After the final write committed (not called when the turn was closed elsewhere)."""
-        ...
 
 
 @dataclass

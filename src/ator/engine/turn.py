@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from ator.agent.caps import CapCeilings, Caps
+from ator.agent.caps import CapCeilings, CapGroup, Caps
 from ator.agent.compaction import CompactionHook, Stash
+from ator.agent.extension import ToolBounds, TurnEnd, TurnField
 from ator.agent.history import build_messages
 from ator.agent.hooks import LoopHook
 from ator.agent.loop import Outcome, run_loop
@@ -39,7 +40,7 @@ from ator.engine.compaction import ContextPolicy
 from ator.engine.config import FrozenConfig, freeze
 from ator.engine.mcp import StoredResults
 from ator.engine.publish import Publisher
-from ator.engine.steps import StepWriter, TurnEnd, TurnLost
+from ator.engine.steps import StepWriter, TurnLost
 from ator.errors import AtorError
 from ator.obs.logging import get_logger
 from ator.obs.metrics import Metrics
@@ -100,6 +101,8 @@ class TurnRunner:
         metrics: Metrics | None = None,
         context: ContextPolicy | None = None,
         ends: Sequence[TurnEnd] = (),
+        fields: Sequence[TurnField] = (),
+        cap_groups: Sequence[CapGroup] = (),
     ) -> None:
         self.metrics = metrics or Metrics()
         self.context = context or ContextPolicy()
@@ -116,6 +119,10 @@ class TurnRunner:
         self.budget_fail_closed = budget_fail_closed
         self.cap_ceilings = cap_ceilings
         self.ends = list(ends)
+        # Extensions' per-turn state: read in the start statement, built per turn.
+        self.fields = tuple(fields)
+        self._columns = tuple((f.name, f.sql) for f in self.fields)
+        self.cap_groups = tuple(cap_groups)
 
     async def run(
         self, scope: Scope, thread_id: UUID, on_start: Callable[[TurnHandle], None]
@@ -131,15 +138,19 @@ class TurnRunner:
             handle = TurnHandle(turn_id, task)
             on_start(handle)  # from here a stop is kept, and applied once the turn exists
             start, started = await turn_store.start_turn(
-                self.db, scope, thread_id, turn_id, owner=self.owner
+                self.db, scope, thread_id, turn_id, owner=self.owner, columns=self._columns
             )
             if not started:
                 return False
             await self.publisher.events(scope, thread_id, started)
+            extras = self._extras(start)
             frozen: FrozenConfig | AtorError
             try:
                 frozen = freeze(start, engine_version=self.engine_version,
-                                ceilings=self.cap_ceilings)
+                                ceilings=self.cap_ceilings, groups=self.cap_groups,
+                                bounds=[b for x in extras.values() if isinstance(x, ToolBounds)
+                                        for b in x.tool_bounds()])
+                extras.update(frozen.extra_caps)
                 snapshot = turn_store.Snapshot(frozen.snapshot, frozen.hash)
             except AtorError as exc:  # the turn still runs, to record why it cannot
                 frozen = exc
@@ -149,7 +160,7 @@ class TurnRunner:
                 for e in started if e.kind in HISTORY_KINDS
             ]
             state = TurnState(messages=build_messages(history), abort=handle.abort)
-            turn = self._context(start, turn_id, frozen)
+            turn = self._context(start, turn_id, frozen, extras)
             writer = StepWriter(db=self.db, publisher=self.publisher, metrics=self.metrics,
                                 turn=turn, state=state, snapshot=snapshot, ends=self.ends)
             handle.started = True
@@ -168,8 +179,18 @@ class TurnRunner:
             thread_id_var.reset(token_thread)
             org_id_var.reset(token_org)
 
+    def _extras(self, start: turn_store.TurnStart) -> dict[type[Any], Any]:
+        """The extensions' per-turn state, by type, built from their start columns."""
+        extras: dict[type[Any], Any] = {}
+        for f in self.fields:
+            built = f.build(start.extra.get(f.name))
+            if built is not None:
+                extras[type(built)] = built
+        return extras
+
     def _context(
-        self, start: turn_store.TurnStart, turn_id: UUID, frozen: FrozenConfig | AtorError
+        self, start: turn_store.TurnStart, turn_id: UUID, frozen: FrozenConfig | AtorError,
+        extras: dict[type[Any], Any],
     ) -> TurnContext:
         caps = frozen.caps if isinstance(frozen, FrozenConfig) else Caps()
         return TurnContext(
@@ -182,7 +203,7 @@ class TurnRunner:
             persona_version=start.setup_version,
             instructions_version=start.instructions_version, policy=start.policy,
             policy_version=start.policy_version, policy_replace=start.policy_replace,
-            parent_id=start.parent_id, children=start.children, contract=start.contract,
+            extras=extras,
         )
 
     async def _drive(
@@ -233,7 +254,8 @@ class TurnRunner:
             return await secret_store.reveal(self.db, self.master_key, scope, name)
 
         tools = TurnTools(self.toolsets, allow=frozen.allow, deny=frozen.deny,
-                          description_limit=frozen.caps.tool_description_chars)
+                          description_limit=frozen.caps.tool_description_chars,
+                          within=frozen.within)
         gate = BudgetGate(db=self.db, prices=self.prices, limit=start.monthly_budget_usd,
                           fail_closed=self.budget_fail_closed)
         # A lease keeps the provider's client open for the whole turn even if the cache

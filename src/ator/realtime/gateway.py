@@ -39,6 +39,7 @@ from uuid import UUID
 
 import socketio  # type: ignore[import-untyped]
 
+from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.engine.stream import FRAME_VERSION
 from ator.errors import (
@@ -198,7 +199,7 @@ class Gateway:
     async def _principal(self, key: str | None) -> Principal:
         if not key:
             raise Unauthenticated("an API key is required (auth={'key': ...})")
-        principal = await self.ator.access.authenticate(key)
+        principal = await self.ator.service(Access).authenticate(key)
         if principal is None:
             raise Unauthenticated("the API key or session is not valid, expired or was revoked")
         return principal
@@ -206,7 +207,7 @@ class Gateway:
     async def recheck(self) -> int:
         """Disconnect every socket whose key was revoked since; returns how many."""
         revoked = {key for key in {c.key for c in self._conns.values()}
-                   if await self.ator.access.authenticate(key) is None}
+                   if await self.ator.service(Access).authenticate(key) is None}
         gone = [sid for sid, c in self._conns.items() if c.key in revoked]
         for sid in gone:
             await self.sio.disconnect(sid, ignore_queue=True)
@@ -248,7 +249,7 @@ class Gateway:
             if conn is None:
                 return {"ok": False, "error": _problem(Unauthenticated("not connected"))}
             try:
-                if await self.ator.access.authenticate(conn.key) is None:
+                if await self.ator.service(Access).authenticate(conn.key) is None:
                     self._spawn(self.sio.disconnect(sid, ignore_queue=True))
                     raise Unauthenticated("the API key was revoked")
                 await self._count(conn.principal)
@@ -312,8 +313,9 @@ class Gateway:
 
     async def _stop(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
         _require(conn.principal, "member")
-        running = await self.ator.stop(conn.principal.scope, _thread_id(payload))
-        return {"stop": "requested" if running else "idle", "running": running}
+        stopped = await self.ator.stop(conn.principal.scope, _thread_id(payload))
+        return {"stop": "requested" if stopped.running else "idle",
+                "running": stopped.running, "descendants": stopped.descendants}
 
     # Relays and pushes ------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ __all__ = [
     "PAGE_CHARS",
     "RESULT_SQL",
     "SUMMARY_CHARS",
+    "TURN_SQL",
     "ParentInfo",
     "Refused",
     "ResultPart",
@@ -85,6 +86,7 @@ class ParentInfo:
     setup_caps: dict[str, Any]
     org_caps: dict[str, Any]
     contract: dict[str, Any] | None
+    setup_policy: dict[str, Any] | None = None  # the parent's setup's tool policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +106,9 @@ class Refused:
 @dataclass(frozen=True, slots=True)
 class TreeSpend:
     """What a child and its whole tree (descendants of the root) have used so far: settled
-    cost plus the reservations of calls in flight (the budget ledger's per-turn figure)."""
+    cost only. A reservation of a call in flight is not spend (the org ledger holds it only
+    for orgs with a monthly budget); the caller checks the call at hand against what is
+    left, as the ledger does."""
 
     steps: int
     tokens: int
@@ -118,7 +122,8 @@ async def parent_info(db: Database, scope: Scope, thread_id: UUID) -> ParentInfo
     stmt = sa.text("""
         SELECT t.id, t.setup_id, COALESCE(t.root_id, t.id) AS root_id, t.depth, t.contract,
                COALESCE(s.config -> 'caps', '{}'::jsonb) AS setup_caps,
-               COALESCE(o.settings -> 'caps', '{}'::jsonb) AS org_caps
+               COALESCE(o.settings -> 'caps', '{}'::jsonb) AS org_caps,
+               s.tool_policy AS setup_policy
           FROM threads t JOIN setups s ON s.id = t.setup_id JOIN orgs o ON o.id = t.org_id
          WHERE t.id = :id AND t.org_id = :org_id AND t.deleted_at IS NULL
     """)
@@ -127,13 +132,14 @@ async def parent_info(db: Database, scope: Scope, thread_id: UUID) -> ParentInfo
         raise NotFound("thread not found")
     r = rows[0]
     return ParentInfo(r["id"], r["setup_id"], r["root_id"], r["depth"],
-                      dict(r["setup_caps"]), dict(r["org_caps"]), r["contract"])
+                      dict(r["setup_caps"]), dict(r["org_caps"]), r["contract"],
+                      r["setup_policy"])
 
 
 _TREE_SPEND = """
 SELECT COALESCE(sum(u.input_tokens + u.output_tokens + u.cache_read_tokens
                     + u.cache_write_tokens), 0) AS tokens,
-       COALESCE(sum(u.cost_usd + u.reserved_usd), 0) AS usd
+       COALESCE(sum(u.cost_usd), 0) AS usd
   FROM threads d JOIN turns u ON u.thread_id = d.id AND u.org_id = d.org_id
  WHERE d.root_id = :root_id AND d.org_id = :org_id AND d.parent_id IS NOT NULL
 """
@@ -276,6 +282,15 @@ def told(c: str) -> str:
 def live(c: str) -> str:
     """SQL: the child thread aliased `c` is live: neither finished (told) nor cancelled."""
     return f"({c}.cancelled_at IS NULL AND NOT {told(c)})"
+
+
+#: The subagent extension's per-turn column of the start statement (store/turns.py
+#: `start_statement`), over the thread row `t`: its parent, its contract and how many of
+#: its subagents have not finished (a parent with some looks for results between steps).
+TURN_SQL = f"""jsonb_build_object(
+  'parent_id', t.parent_id, 'contract', t.contract,
+  'children', (SELECT count(*) FROM threads c
+                WHERE c.parent_id = t.id AND c.org_id = t.org_id AND {live("c")}))"""
 
 
 # The claim and the push, one WITH-item: the parent's mailbox holds at most one result per
@@ -470,7 +485,7 @@ async def spend(db: Database, scope: Scope, thread_id: UUID, root_id: UUID) -> T
                (SELECT COALESCE(sum(input_tokens + output_tokens + cache_read_tokens
                                     + cache_write_tokens), 0) FROM turns
                  WHERE thread_id = t.id AND org_id = t.org_id) AS tokens,
-               (SELECT COALESCE(sum(cost_usd + reserved_usd), 0) FROM turns
+               (SELECT COALESCE(sum(cost_usd), 0) FROM turns
                  WHERE thread_id = t.id AND org_id = t.org_id) AS usd,
                tree.tokens AS tree_tokens, tree.usd AS tree_usd
           FROM threads t, ({_TREE_SPEND}) tree

@@ -41,7 +41,6 @@ from ator.store.ledger import (
 from ator.store.records import Event, Turn
 from ator.store.schema import turns
 from ator.store.scope import Scope
-from ator.store.tree import live
 
 __all__ = [
     "Billed",
@@ -57,23 +56,19 @@ __all__ = [
     "get_turn",
     "list_turns",
     "reap_lost_turns",
+    "start_statement",
     "start_turn",
     "write_step",
 ]
 
 _KINDS_SQL = ", ".join(f"'{k}'" for k in HISTORY_KINDS)
 
-_START_TURN = sa.text(f"""
+_START_TURN = f"""
 WITH _ctx AS (
   -- Read before anything below writes: every CTE sees the statement's starting snapshot,
   -- so `history` is the thread as it was before this turn's events.
   SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
-         t.contract,
-         -- Subagents not finished yet: a parent with some checks for results between steps.
-         (SELECT count(*) FROM threads c
-           WHERE c.parent_id = t.id AND c.org_id = t.org_id AND {live("c")})
-           AS children,
-         t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
+         {{columns}}t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
          s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,
          t.instructions_version, o.policy, o.policy_version, o.policy_replace,
          (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
@@ -117,7 +112,7 @@ WITH _ctx AS (
     FROM _stale
   UNION ALL
   SELECT 1, 0, 'turn_started',
-         -- Where the thread sits in its subagent tree, for the org room's push (a tree
+         -- Where the thread sits in its tree of threads, for the org room's push (a tree
          -- view re-reads itself when a thread below it starts a turn).
          jsonb_build_object('turn_id', CAST(:turn_id AS text), 'owner', CAST(:owner AS text),
                             'parent_id', (SELECT parent_id::text FROM _ctx),
@@ -145,7 +140,21 @@ SELECT _ctx.*,
                         '[]')
           FROM _ev) AS events
   FROM _ctx
-""")
+"""
+_START_STATEMENTS: dict[tuple[tuple[str, str], ...], sa.TextClause] = {}
+
+
+def start_statement(columns: Sequence[tuple[str, str]] = ()) -> sa.TextClause:
+    """The start statement with extensions' columns (name, select expression over `t` the
+    thread, `s` its setup, `o` its org) read into `_ctx` as `x_<name>`. Built once per set
+    of columns (the engine's are fixed when it is assembled)."""
+    key = tuple(columns)
+    found = _START_STATEMENTS.get(key)
+    if found is None:
+        extra = "".join(f"({sql}) AS x_{name},\n         " for name, sql in key)
+        found = sa.text(_START_TURN.replace("{columns}", extra))
+        _START_STATEMENTS[key] = found
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +172,6 @@ class TurnStart:
     config: dict[str, Any]
     tool_policy: dict[str, Any]
     instructions: str
-    parent_id: UUID | None
     root_id: UUID | None
     depth: int
     deleted: bool
@@ -174,12 +182,13 @@ class TurnStart:
     policy: str = ""
     policy_version: int = 0
     policy_replace: bool = False
-    contract: dict[str, Any] | None = None  # a subagent's delegation contract
-    children: int = 0  # subagents of this thread not finished yet
+    # Extensions' columns (`start_statement`), by name, as read.
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 async def start_turn(
-    db: Database, scope: Scope, thread_id: UUID, turn_id: UUID, *, owner: str
+    db: Database, scope: Scope, thread_id: UUID, turn_id: UUID, *, owner: str,
+    columns: Sequence[tuple[str, str]] = (),
 ) -> tuple[TurnStart, list[Event]]:
     """Read the turn's context and drain every pending mailbox item into a new turn, in one
     statement. Returns the context and the events appended (`turn_started` first, after a
@@ -189,17 +198,17 @@ async def start_turn(
     Raises NotFound when the thread is not this org's."""
     params = {"turn_id": turn_id, "thread_id": thread_id, "org_id": scope.org_id,
               "owner": owner}
-    rows = await db.fetch(_START_TURN, params, write=True)
+    rows = await db.fetch(start_statement(columns), params, write=True)
     if not rows:
         raise NotFound("thread not found")
     r = rows[0]
     ctx = TurnStart(
         r["id"], r["org_id"], r["setup_id"], r["setup_name"], r["setup_version"],
         r["provider"], r["model"], r["persona"], r["config"], r["tool_policy"],
-        r["instructions"], r["parent_id"], r["root_id"], r["depth"],
+        r["instructions"], r["root_id"], r["depth"],
         r["deleted_at"] is not None, r["monthly_budget_usd"],
         r["history"], r["instructions_version"], r["policy"], r["policy_version"],
-        r["policy_replace"], r["contract"], int(r["children"]),
+        r["policy_replace"], {name: r[f"x_{name}"] for name, _sql in columns},
     )
     events = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)

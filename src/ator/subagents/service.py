@@ -17,8 +17,9 @@ subagents; imports agent, providers.base, store, errors).
     reaper ─► a child lost with its replica: the statement that closes its turn's log
                    tells the parent (`errored`, reason `lost`) with the same claim
 
-The engine gives it a `Waker` (the actor: wake a thread, stop a thread's turn anywhere), so
-this package never reaches into the engine.
+It is an extension (`subagents/extension.py`): the composition root builds it from the
+kernel, whose `Waker` (wake a thread, stop a thread's turn anywhere) means this package
+never reaches into the engine.
 """
 
 from __future__ import annotations
@@ -26,14 +27,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Protocol
+from typing import Any
 from uuid import UUID
 
-from ator.agent.caps import CapCeilings, Caps
+from ator.agent.caps import CapCeilings, CapGroup
+from ator.agent.extension import Waker
 from ator.agent.hooks import Injection, LoopHook, StopTurn
 from ator.agent.state import TurnContext, TurnState
-from ator.errors import ConfigError, NotFound, ToolError
+from ator.cost.estimate import worst_case_usd
+from ator.cost.prices import PriceTable
+from ator.errors import ConfigError, NotFound, ToolError, ValidationFailed
 from ator.providers.base import ModelRequest
+from ator.providers.size import request_tokens
 from ator.store import setups as setup_store
 from ator.store import tree as tree_store
 from ator.store import turns as turn_store
@@ -41,12 +46,13 @@ from ator.store.database import Database
 from ator.store.records import TreeNode
 from ator.store.scope import Scope
 from ator.store.tree import PAGE_CHARS, render, status_of_turn
+from ator.subagents.caps import TREE_CAPS, SubagentTurn, bound, subagent_caps, tool_bounds
 
-__all__ = ["ChildBudget", "ResultInjector", "Results", "Subagents", "Waker"]
+__all__ = ["ChildBudget", "ResultInjector", "Results", "Subagents", "Waker", "tool_bounds"]
 
 _CAP_HELP = {
-    "depth": ("the tree is already {current} levels deep here (cap {limit}): do this work "
-              "yourself, or give it to a sibling higher up"),
+    "depth": ("a subagent spawned here would be {current} levels deep, beyond the cap of "
+              "{limit}: do this work yourself, or give it to a sibling higher up"),
     "width": ("this thread already spawned {current} subagents (cap {limit}): consolidate "
               "tasks into fewer subagents, or do the rest yourself"),
     "live": ("{current} subagents of this tree are still running (cap {limit}): wait for "
@@ -56,12 +62,6 @@ _CAP_HELP = {
     "tree_usd": ("the tree's subagents have spent ${current} of their ${limit} budget: "
                  "finish with what you have"),
 }
-
-
-class Waker(Protocol):
-    async def notify(self, scope: Scope, thread_id: UUID) -> None: ...
-
-    async def stop(self, thread_id: UUID, reason: str = "user") -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +138,13 @@ def parse_spawn(args: dict[str, Any]) -> Spawn:
                  write_scope=list(args["write_scope"]) if args.get("write_scope") else None)
 
 
-def _tree_caps(info: tree_store.ParentInfo, ceilings: CapCeilings | None) -> tree_store.TreeCaps:
+def _tree_caps(info: tree_store.ParentInfo, group: CapGroup) -> tree_store.TreeCaps:
     """The caps a spawn from this thread runs under: its setup's (clamped to the operator's
     ceilings), lowered by the org's and by what the tree above it was given."""
     try:
-        caps = Caps.from_config(info.setup_caps, ceilings, clamp=True)
+        caps = group.parse(info.setup_caps, clamp=True)
     except ConfigError:
-        caps = Caps.from_config({}, ceilings)
+        caps = group.parse({})
     values: dict[str, Any] = {"depth": caps.subagent_depth, "width": caps.subagent_width,
                               "live": caps.subagent_live, "tokens": caps.tree_tokens,
                               "usd": Decimal(str(caps.tree_usd))}
@@ -166,7 +166,7 @@ class Subagents:
                  ceilings: CapCeilings | None = None) -> None:
         self.db = db
         self.waker = waker
-        self.ceilings = ceilings
+        self.caps = subagent_caps(ceilings or CapCeilings())
         self.spawned_in: set[UUID] = set()  # turns of this process that spawned a child
 
     # Tools ----------------------------------------------------------------------------
@@ -174,13 +174,18 @@ class Subagents:
     async def spawn(self, scope: Scope, thread_id: UUID, turn_id: UUID, tool_use_id: str,
                     spawn: Spawn) -> dict[str, Any]:
         info = await tree_store.parent_info(self.db, scope, thread_id)
-        caps = _tree_caps(info, self.ceilings)
+        caps = _tree_caps(info, self.caps)
         contract = spawn.contract()
         contract["title"] = spawn.title
         above = (info.contract or {}).get("tools")
         if above is not None:  # a subagent cannot hand out tools it was not given
             contract["tools"] = [t for t in (spawn.tools if spawn.tools is not None else above)
                                  if t in above]
+        # Whatever setup the child runs on, its tools stay within its parent's: the parent's
+        # setup policy and every bound above it travel down as bounds the child must also
+        # satisfy (so naming a more permissive setup widens nothing).
+        contract["bounds"] = [*tool_bounds(info.contract),
+                              bound(info.setup_policy or {})]
         contract["tree_caps"] = {"depth": caps.depth, "width": caps.width, "live": caps.live,
                                  "tokens": caps.tokens, "usd": str(caps.usd)}
         made = await tree_store.spawn(
@@ -235,6 +240,18 @@ class Subagents:
                  "persona": s.persona[:300]}
                 for s in await setup_store.list_setups(self.db, scope)]
 
+    async def set_org_caps(self, scope: Scope, caps: dict[str, Any]) -> None:
+        """Set the org's subagent tree caps (`subagent_depth`, `subagent_width`,
+        `subagent_live`, `tree_tokens`, `tree_usd`): each lowers what the org's setups
+        allow. Raises ValidationFailed (422 `invalid_cap`) for another cap, ConfigError
+        (422) for a bad value or one above the operator's ceiling."""
+        unknown = set(caps) - set(TREE_CAPS)
+        if unknown:
+            raise ValidationFailed(f"not a tree cap: {', '.join(sorted(unknown))}; known: "
+                                   f"{', '.join(sorted(TREE_CAPS))}", code="invalid_cap")
+        self.caps.parse(caps)
+        await tree_store.set_org_caps(self.db, scope, caps)
+
     # The stop cascade -------------------------------------------------------------------
 
     async def cascade(self, scope: Scope, thread_id: UUID, reason: str = "user") -> list[UUID]:
@@ -273,7 +290,8 @@ class Results:
     def parts(self, turn: TurnContext, state: TurnState,
               finish: turn_store.Finished) -> Sequence[turn_store.StepPart]:
         self.service.spawned_in.discard(turn.turn_id)
-        if turn.parent_id is None:
+        place = turn.get(SubagentTurn)
+        if place is None or place.parent_id is None:
             return []
         status, reason = status_of_turn(finish.status, finish.stop_reason)
         text = ""
@@ -283,7 +301,7 @@ class Results:
                                if b.get("type") == "text")
                 if text:
                     break
-        contract = turn.contract or {}
+        contract = place.contract or {}
         content, rendered = render(
             child_id=turn.thread_id, alias=str(contract.get("alias", "")),
             title=str(contract.get("title", "")),
@@ -305,7 +323,9 @@ class ResultInjector(LoopHook):
         self.service = service
 
     async def between_steps(self, turn: TurnContext, state: TurnState) -> Sequence[Injection]:
-        if turn.children == 0 and turn.turn_id not in self.service.spawned_in:
+        place = turn.get(SubagentTurn)
+        if (place is None or place.children == 0) \
+                and turn.turn_id not in self.service.spawned_in:
             return ()
         pending = await tree_store.pending_results(self.service.db, Scope(turn.org_id),
                                                    turn.thread_id)
@@ -316,29 +336,50 @@ class ResultInjector(LoopHook):
 
 class ChildBudget(LoopHook):
     """Before each model call of a subagent: its own budget (steps, tokens, USD over all its
-    turns) and its tree's (all descendants of the root). Spent → the turn ends `budget`.
-    Root threads cost nothing here."""
+    turns) and its tree's (all descendants of the root). Root threads cost nothing here.
 
-    def __init__(self, service: Subagents) -> None:
+    The rule is the org ledger's: a call runs only if its worst case fits under what is
+    left. Steps and tokens left must be above zero; in USD, settled spend plus the call's
+    worst case (`cost.estimate`, the figure the org ledger reserves) must stay within the
+    limit. Reservations of calls in flight are not spend: this call's own is what is being
+    checked, and other calls' are settled by their own writes, so an org with a monthly
+    budget (which reserves) and one without (which does not) get the same answer."""
+
+    def __init__(self, service: Subagents, prices: PriceTable | None = None) -> None:
         self.service = service
+        self.prices = prices
 
     async def before_call(self, turn: TurnContext, state: TurnState,
                           request: ModelRequest) -> ModelRequest:
-        if turn.parent_id is None or turn.root_id is None:
+        place = turn.get(SubagentTurn)
+        if place is None or place.parent_id is None or turn.root_id is None:
             return request
         spent = await tree_store.spend(self.service.db, Scope(turn.org_id), turn.thread_id,
                                        turn.root_id)
         own = spent.contract.get("budget") or {}
         tree = spent.contract.get("tree_caps") or {}
-        checks = [
+        for name, limit, used in (
             ("max_steps", own.get("max_steps"), spent.steps),
             ("max_tokens", own.get("max_tokens"), spent.tokens),
-            ("max_usd", own.get("max_usd"), spent.usd),
             ("the tree's tokens", tree.get("tokens"), spent.tree_tokens),
-            ("the tree's USD", tree.get("usd"), spent.tree_usd),
-        ]
-        for name, limit, used in checks:
-            if limit is not None and Decimal(str(used)) >= Decimal(str(limit)):
+        ):
+            if limit is not None and Decimal(used) >= Decimal(str(limit)):
                 raise StopTurn("budget", f"subagent budget spent: {name} is {used} of "
                                          f"{limit}")
+        worst = Decimal(0)
+        if self.prices is not None:  # an unpriced model records 0 and is checked at 0
+            worst = worst_case_usd(self.prices, request.model, request_tokens(request),
+                                   request.max_tokens) or Decimal(0)
+        for label, usd_limit, usd in (("max_usd", own.get("max_usd"), spent.usd),
+                                      ("the tree's USD", tree.get("usd"), spent.tree_usd)):
+            if usd_limit is None:
+                continue
+            cap = Decimal(str(usd_limit))
+            if usd >= cap:
+                raise StopTurn("budget", f"subagent budget spent: {label} is ${usd} of "
+                                         f"${cap}")
+            if usd + worst > cap:
+                raise StopTurn("budget", f"subagent budget: the next call may cost up to "
+                                         f"${worst}, more than the ${cap - usd} {label} "
+                                         f"leaves (${usd} spent of ${cap})")
         return request

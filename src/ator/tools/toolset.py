@@ -120,9 +120,13 @@ class TurnTools:
         allow: Sequence[str] | None,
         deny: Sequence[str],
         description_limit: int,
+        within: Sequence[Sequence[str]] = (),
     ) -> None:
+        """`within`: further allow lists a tool must match too (the bounds a subagent's
+        ancestors set): each narrows, none widens."""
         self._toolsets = tuple(toolsets)
         self._allow = None if allow is None else frozenset(allow)
+        self._within = tuple(frozenset(w) for w in within)
         self._deny = frozenset(deny)
         self._description_limit = description_limit
         self._offered: tuple[int, ...] = ()
@@ -137,7 +141,8 @@ class TurnTools:
         if identity != self._offered:
             registry = ToolRegistry()
             for tool in offered:
-                if permitted(tool.name, self._allow, self._deny):
+                if permitted(tool.name, self._allow, self._deny) \
+                        and all(_matches(tool.name, w) for w in self._within):
                     registry.add(tool)
             self.registry = registry
             self.specs = registry.specs(description_limit=self._description_limit)

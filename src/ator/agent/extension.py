@@ -1,0 +1,153 @@
+"""What a feature contributes to the engine, and what it is built with (layer: agent; imports
+agent.caps, agent.hooks, agent.state, coord.base, cost.prices, security.crypto, settings,
+store, tools).
+
+One composition root (`engine/root.py`) assembles the engine from extensions. An extension
+is built from the `Kernel` (the database, the coordinator, settings, prices, the master key
+and a `Waker`) and contributes any of:
+
+- `tools()`        native tools (in the default native set when the caller names none)
+- `toolsets()`     toolsets asked before every model call
+- `hooks()`        loop hooks (`agent/hooks.py`)
+- `ends()`         turn-end parts (`TurnEnd`): added to a turn's final write
+- `fields()`       per-turn state of its own (`TurnField`): a value read in the turn's
+                   start statement, built into an object the turn's context carries
+                   (`TurnContext.get(Kind)`); an object that also has `tool_bounds()`
+                   narrows the turn's tools
+- `caps()`         caps of its own (`CapGroup`): settable in a setup's `config.caps`,
+                   refused when unknown or above their operator ceiling
+- `services()`     objects reachable by type: `ToolContext.service(Kind)` in a tool,
+                   `Ator.service(Kind)` outside
+- `routes()`, `rooms()`, `job_kinds()`, `migrations()`: handed to the transports, the jobs
+                   kernel and alembic by whoever assembles them (loosely typed here: this
+                   layer does not know their types)
+- `start()`, `aclose()`: with the engine's start and close
+
+Core types name no feature: a feature's fields, caps and services live with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+from uuid import UUID
+
+from ator.agent.caps import CapGroup
+from ator.agent.hooks import LoopHook
+from ator.agent.state import TurnContext, TurnState
+from ator.coord.base import Coordinator
+from ator.cost.prices import PriceTable
+from ator.security.crypto import MasterKey
+from ator.settings import Settings
+from ator.store import turns as turn_store
+from ator.store.database import Database
+from ator.store.scope import Scope
+from ator.tools.base import Tool
+from ator.tools.toolset import Toolset
+
+__all__ = ["Extension", "Kernel", "ToolBounds", "TurnEnd", "TurnField", "Waker"]
+
+
+class Waker(Protocol):
+    """What an extension may ask of the thread actor: run a thread that has new mailbox
+    items (on some replica), stop a thread's running turn wherever it runs."""
+
+    async def notify(self, scope: Scope, thread_id: UUID) -> None: ...
+
+    async def stop(self, thread_id: UUID, reason: str = "user") -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """What every extension is built with."""
+
+    settings: Settings
+    db: Database
+    coord: Coordinator
+    prices: PriceTable
+    master_key: MasterKey
+    waker: Waker
+
+
+class TurnEnd(Protocol):
+    """Something a feature adds to a turn's final write, and does once it committed."""
+
+    def parts(self, turn: TurnContext, state: TurnState,
+              finish: turn_store.Finished) -> Sequence[turn_store.StepPart]:
+        """Parts for the statement that ends the turn ([] to add nothing)."""
+        ...
+
+    async def committed(self, turn: TurnContext, write: turn_store.StepWrite) -> None:
+        """After the final write committed (not called when the turn was closed elsewhere)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnField:
+    """Per-turn state of an extension's own. `sql` is a select expression of the turn's
+    start statement (over `t` the thread, `s` its setup, `o` its org; it runs in that one
+    statement, so it adds no round trip); `build` makes the object the turn carries from
+    its value (None: nothing). `name` must be unique among the engine's fields."""
+
+    name: str
+    sql: str
+    build: Callable[[Any], object | None]
+
+
+@runtime_checkable
+class ToolBounds(Protocol):
+    """Per-turn state that narrows the turn's tools: each bound is a tool policy
+    (`{"allow": [...] | None, "deny": [...]}`) the turn's tools must satisfy besides the
+    setup's own. A bound narrows, never widens."""
+
+    def tool_bounds(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+class Extension:
+    """Base class with empty contributions: override what the feature adds."""
+
+    name: str = "extension"
+
+    def tools(self) -> Sequence[Tool]:
+        return ()
+
+    def toolsets(self) -> Sequence[Toolset]:
+        return ()
+
+    def hooks(self) -> Sequence[LoopHook]:
+        return ()
+
+    def ends(self) -> Sequence[TurnEnd]:
+        return ()
+
+    def fields(self) -> Sequence[TurnField]:
+        return ()
+
+    def caps(self) -> Sequence[CapGroup]:
+        return ()
+
+    def services(self) -> Mapping[type, object]:
+        return {}
+
+    def routes(self) -> Sequence[Any]:
+        """Routers the HTTP API mounts (FastAPI `APIRouter`s)."""
+        return ()
+
+    def rooms(self) -> Sequence[Any]:
+        """Socket rooms the realtime gateway serves."""
+        return ()
+
+    def job_kinds(self) -> Sequence[Any]:
+        """Job kinds for the jobs kernel's registry (`JobKinds.register(kind)`)."""
+        return ()
+
+    def migrations(self) -> Sequence[str]:
+        """Alembic version directories of the extension's own tables."""
+        return ()
+
+    async def start(self) -> None:
+        """With the engine's start (after the database and coordinator are up)."""
+
+    async def aclose(self) -> None:
+        """With the engine's close; must not raise for a resource already closed."""
