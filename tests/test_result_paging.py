@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ator import Scope
+from ator.engine.mcp import McpServers
 from ator.providers.base import ModelRequest
 from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.tools.results import ResultBudget
@@ -77,7 +78,8 @@ async def test_a_200_kib_mcp_result_is_paged_to_the_end_and_every_byte_recovered
     async with serve_mcp(demo_server(big_chars=BIG)) as url, \
             make_ator(providers={"s": provider}, egress_allow=("127.0.0.1",)) as ator:
         scope, thread = await new_thread(ator, "s", config={"caps": caps})
-        await ator.create_mcp_server(Scope(scope.org_id), name="docs", url=url)
+        await ator.service(McpServers).create_mcp_server(Scope(scope.org_id), name="docs",
+                                                         url=url)
         result = await ator.ask(scope, thread.id, "read the big result", timeout=120)
         assert result.stop_reason == "end_turn"
         contents = _results(provider.requests[-1])
