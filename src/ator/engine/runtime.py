@@ -48,6 +48,7 @@ from ator.engine.tenancy import Tenancy
 from ator.engine.turn import TurnRunner
 from ator.engine.wire import event_frame, thread_channel
 from ator.errors import ConfigError, Conflict, EgressBlocked, ValidationFailed
+from ator.jobs import JobKinds, JobQueue, JobRunner, Schedules
 from ator.obs.looplag import LoopLag
 from ator.providers.base import Provider
 from ator.providers.config import ConfigPolicy, ProviderConfig, parse_provider_config
@@ -159,6 +160,11 @@ class Ator(McpMethods):
         self.reaper = Reaper(db=db, coord=coord, actor=self.actor, runner=self.runner,
                              owner=self.owner, ttl=settings.lease_ttl,
                              interval=settings.reaper_interval)
+        # Jobs (ator.jobs): features register kinds on job_kinds; start_jobs() runs them.
+        self.job_kinds = JobKinds()
+        self.jobs = JobQueue(db, self.job_kinds)
+        self.schedules = Schedules(db, self.job_kinds)
+        self.job_runner = JobRunner(db, self.job_kinds, settings, owner=self.owner)
         self._engine_started = False
 
     @classmethod
@@ -230,6 +236,11 @@ class Ator(McpMethods):
             self.loop_lag.start()
             self._engine_started = True
 
+    async def start_jobs(self) -> None:
+        """Run jobs and schedules in this process (`ator worker`; `ator serve` unless
+        run_jobs is off). close() finishes or hands back what they hold."""
+        await self.job_runner.start()
+
     async def close(self) -> None:
         """Stop the engine and close every resource. One part failing does not leave the
         others open; the first failure is raised after all were tried."""
@@ -238,6 +249,7 @@ class Ator(McpMethods):
         if self._engine_started:
             steps = [self.loop_lag.close, self.reaper.close, self.actor.close, *steps]
             self._engine_started = False
+        steps = [self.job_runner.close, *steps]
         failure: BaseException | None = None
         for step in steps:
             try:

@@ -10,6 +10,8 @@ scheduler together for `ator worker` and `ator serve`.
 from ator.jobs.clock import Clock, ManualClock, SystemClock
 from ator.jobs.kinds import Handler, JobContext, JobKind, JobKinds, LeaseLost, Retry
 from ator.jobs.queue import JobQueue
+from ator.jobs.runner import JobRunner
+from ator.jobs.schedules import Scheduler, Schedules
 from ator.jobs.worker import Worker, WorkerStats
 
 __all__ = [
@@ -19,9 +21,12 @@ __all__ = [
     "JobKind",
     "JobKinds",
     "JobQueue",
+    "JobRunner",
     "LeaseLost",
     "ManualClock",
     "Retry",
+    "Scheduler",
+    "Schedules",
     "SystemClock",
     "Worker",
     "WorkerStats",

@@ -34,7 +34,7 @@ __all__ = ["Handler", "JobContext", "JobKind", "JobKinds", "LeaseLost", "Retry"]
 Handler = Callable[["JobContext", dict[str, Any]], Awaitable[None]]
 
 
-class Retry(Exception):  # noqa: N818 (a request, not an error)
+class Retry(Exception):
     """Raised by a handler: try again no sooner than `after` seconds (counts as an attempt)."""
 
     def __init__(self, after: float, reason: str = "retry requested") -> None:
@@ -71,7 +71,7 @@ class JobKind:
         """Delay after failed attempt `attempt` (1-based): base·2^(attempt-1) capped, with
         equal jitter (half fixed, half random) so retries of a burst spread out."""
         delay = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
-        return delay / 2 + (rng or random).uniform(0, delay / 2)
+        return float(delay / 2 + (rng or random).uniform(0, delay / 2))
 
 
 class JobKinds:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from dataclasses import dataclass
 from uuid import UUID
@@ -173,9 +174,9 @@ class Worker:
         task = asyncio.create_task(self._run(job, self.kinds.get(job.kind)),
                                    name=f"ator-job-{job.id}")
         self._tasks[job.id] = task
-        task.add_done_callback(lambda _t, job_id=job.id: self._ended(job_id))
+        task.add_done_callback(functools.partial(self._ended, job.id))
 
-    def _ended(self, job_id: int) -> None:
+    def _ended(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self._tasks.pop(job_id, None)
         self._slot.set()
 
@@ -276,11 +277,10 @@ class Worker:
         backoff = 0.5
         while True:
             try:
-                async with job_store.listen(self.db, self.wake) as alive:
+                async with job_store.listen(self.db, self.wake) as lost:
                     backoff = 0.5
                     self.wake()  # anything enqueued before LISTEN took effect
-                    while alive():
-                        await asyncio.sleep(self.poll_interval * 5)
+                    await lost.wait()
             except asyncio.CancelledError:
                 raise
             except Exception:

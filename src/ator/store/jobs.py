@@ -20,6 +20,7 @@ caller's transaction wakes workers when (and only if) that transaction commits.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -381,22 +382,26 @@ async def prune(db: Database, *, state: str, age: float, limit: int = 10_000) ->
 
 
 @asynccontextmanager
-async def listen(
-    db: Database, on_notify: Callable[[], None]
-) -> AsyncIterator[Callable[[], bool]]:
+async def listen(db: Database, on_notify: Callable[[], None]) -> AsyncIterator[asyncio.Event]:
     """LISTEN on the jobs channel on a connection held for the block; `on_notify` is called
-    (synchronously) for every notification. Yields `alive()`: False once the connection is
-    lost (the caller listens again; it polls meanwhile). Raises when no connection can be
-    had."""
+    (synchronously) for every notification. Yields an event set when the connection is lost
+    (the caller listens again; it polls meanwhile). Raises when no connection can be had."""
+    lost = asyncio.Event()
+
     def handler(_conn: object, _pid: int, _channel: str, _payload: str) -> None:
         on_notify()
 
+    def terminated(_conn: object) -> None:
+        lost.set()
+
     conn = await db.pool.acquire()
     try:
+        conn.add_termination_listener(terminated)
         await conn.add_listener(CHANNEL, handler)
         try:
-            yield lambda: not conn.is_closed()
+            yield lost
         finally:
+            conn.remove_termination_listener(terminated)
             if not conn.is_closed():
                 await conn.remove_listener(CHANNEL, handler)  # also UNLISTENs
     finally:
