@@ -35,7 +35,6 @@ sys.path.insert(0, str(HERE))
 
 from pgserver import STATS_SETTLE_SECONDS, PgServer  # noqa: E402
 
-
 # --- the workers (child processes) -------------------------------------------------------
 
 async def ator_child(url: str, owner: str, concurrency: int, batch: int) -> None:
