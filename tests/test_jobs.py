@@ -283,3 +283,14 @@ async def test_a_job_completed_in_its_handlers_transaction_commits_with_its_effe
     assert await db.pool.fetchval("SELECT count(*) FROM job_effect_probe WHERE job_id = $1",
                                   job_id) == 1
     assert worker.stats.completed == 1
+
+
+def test_the_jobs_package_exports_are_pinned() -> None:
+    import ator.jobs
+
+    assert sorted(ator.jobs.__all__) == [
+        "Clock", "Handler", "JobContext", "JobKind", "JobKinds", "JobQueue", "JobRunner",
+        "LeaseLost", "ManualClock", "Retry", "Scheduler", "Schedules", "SystemClock", "Worker",
+        "WorkerStats"]
+    for name in ator.jobs.__all__:
+        assert hasattr(ator.jobs, name)
