@@ -294,3 +294,32 @@ def test_the_jobs_package_exports_are_pinned() -> None:
         "WorkerStats"]
     for name in ator.jobs.__all__:
         assert hasattr(ator.jobs, name)
+
+
+@pytest.mark.parametrize("run_jobs", [True, False])
+async def test_a_served_process_runs_jobs_unless_told_not_to(settings_factory: Any,
+                                                             run_jobs: bool) -> None:
+    from ator.api.app import create_app
+
+    app = create_app(settings_factory(run_jobs=run_jobs))
+    async with app.router.lifespan_context(app):
+        runtime = app.state.ator
+        assert runtime.job_runner.running is run_jobs
+    assert runtime.job_runner.running is False
+
+
+async def test_a_kind_registered_on_the_runtime_runs_through_its_queue(make_ator: Any) -> None:
+    ran = asyncio.Event()
+
+    async def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        assert payload == {"hello": "jobs"}
+        ran.set()
+
+    async with make_ator(job_poll_interval=0.05) as runtime:
+        runtime.job_kinds.register(JobKind("greet", handler))
+        with pytest.raises(ConfigError):
+            runtime.job_kinds.register(JobKind("greet", handler))  # no silent overwrite
+        await runtime.start_jobs()
+        org_row = await runtime.create_org(f"jobs-{uuid.uuid4().hex[:6]}")
+        await runtime.jobs.enqueue(Scope(org_row.id), "greet", {"hello": "jobs"})
+        await asyncio.wait_for(ran.wait(), 10)

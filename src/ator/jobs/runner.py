@@ -31,6 +31,10 @@ class JobRunner:
         self.scheduler = Scheduler(db, kinds, clock=clock, interval=settings.schedule_interval)
         self._started = False
 
+    @property
+    def running(self) -> bool:
+        return self._started
+
     async def start(self) -> None:
         if not self._started:
             await self.worker.start()

@@ -73,8 +73,8 @@ class Worker:
         self.keep_dead = keep_dead
         self.prune_interval = prune_interval
         self.stats = WorkerStats()
-        self._free = [k for k in kinds if k.per_org_limit is None]
-        self._limited = [k for k in kinds if k.per_org_limit is not None]
+        self._free: list[JobKind] = []  # the kinds, read at start (registered until then)
+        self._limited: list[JobKind] = []
         self._cursor: UUID | None = None
         self._held: dict[int, int] = {}  # job id → attempt, until its outcome is written
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -91,6 +91,8 @@ class Worker:
         self._wake.set()
 
     async def start(self) -> None:
+        self._free = [k for k in self.kinds if k.per_org_limit is None]
+        self._limited = [k for k in self.kinds if k.per_org_limit is not None]
         if not len(self.kinds):
             log.info("no job kinds registered: the worker only rescues and prunes")
         self._loops = [asyncio.create_task(self._claim_loop(), name="ator-jobs-claim"),
