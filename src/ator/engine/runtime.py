@@ -1,5 +1,5 @@
 """`Ator`: the Python API of the runtime (layer: engine; imports store, coord, providers,
-tools, cost, security, engine.*).
+tools, cost, security, jobs, engine.*).
 
 The HTTP API and the CLI sit on this class. It owns the database, the coordinator, the thread
 actor and the reaper, and every method that touches tenant data takes a `Scope`.
