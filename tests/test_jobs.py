@@ -279,9 +279,13 @@ async def test_a_job_completed_in_its_handlers_transaction_commits_with_its_effe
     job_id = await queue.enqueue(scope, "atomic")
     assert job_id is not None
     worker = await workers(kinds)
-    await wait_until(lambda: _is(queue, scope, job_id, "done"))
-    assert await db.pool.fetchval("SELECT count(*) FROM job_effect_probe WHERE job_id = $1",
-                                  job_id) == 1
+    try:
+        await wait_until(lambda: _is(queue, scope, job_id, "done"))
+        assert await db.pool.fetchval(
+            "SELECT count(*) FROM job_effect_probe WHERE job_id = $1", job_id) == 1
+    finally:
+        await worker.close()
+        await db.pool.execute("DROP TABLE job_effect_probe")  # the schema test sees all
     assert worker.stats.completed == 1
 
 

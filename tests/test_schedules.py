@@ -14,6 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+import sqlalchemy as sa
 
 from ator import Ator
 from ator.errors import ValidationFailed
@@ -32,6 +33,9 @@ async def scope(make_ator: Any) -> AsyncIterator[Scope]:
         assert isinstance(ator, Ator)
         made = await ator.create_org(f"sched-{uuid.uuid4().hex[:6]}")
         yield Scope(made.id)
+        # Left enabled, these schedules would fire on the real clock of any later worker.
+        await ator.db.write(sa.text("DELETE FROM schedules WHERE org_id = :o"), {"o": made.id})
+        await ator.db.write(sa.text("DELETE FROM jobs WHERE org_id = :o"), {"o": made.id})
 
 
 @pytest.fixture
