@@ -192,6 +192,24 @@ class Settings(BaseSettings):
     log_json: bool | None = None
     log_level: str = "INFO"
 
+    # Jobs and schedules (ator.jobs). `ator worker` runs them; `ator serve` runs them too
+    # unless run_jobs is false (or `--no-jobs`). job_concurrency: handlers at once per
+    # process; job_batch: jobs per claim statement; job_lease_ttl: a held job is rescued
+    # (retried) this long after its worker stopped heartbeating; job_poll_interval: the
+    # longest a worker waits without a NOTIFY; job_grace: on shutdown, running handlers get
+    # this long to finish before their jobs are handed back; done and dead jobs are pruned
+    # after job_keep_done / job_keep_dead seconds; schedule_interval: how often due
+    # schedules are looked for.
+    run_jobs: bool = True
+    job_concurrency: int = Field(default=50, ge=1)
+    job_batch: int = Field(default=100, ge=1, le=10_000)
+    job_lease_ttl: float = Field(default=30.0, gt=0)
+    job_poll_interval: float = Field(default=1.0, gt=0)
+    job_grace: float = Field(default=10.0, ge=0)
+    job_keep_done: float = Field(default=86_400.0, ge=0)
+    job_keep_dead: float = Field(default=14 * 86_400.0, ge=0)
+    schedule_interval: float = Field(default=1.0, gt=0)
+
     @field_validator("prices", "cap_ceilings", "model_windows", mode="before")
     @classmethod
     def _json_text(cls, value: Any) -> Any:

@@ -54,6 +54,8 @@ def create_app(
             announce_bootstrap(await rt.service(Access).bootstrap())
             if owned:  # a served process, not a test's runtime
                 gctune.tune(settings.gc_thresholds)
+            if owned and settings.run_jobs:  # ATOR_RUN_JOBS=false: workers run them
+                await rt.start_jobs()
             yield
         finally:
             await gateway.close()

@@ -1,6 +1,6 @@
 """The `ator` command (layer: cli; the sync edge: asyncio.run lives here and only here).
 
-Commands: serve, migrate, demo, chat, doctor, inspect, tree, and the admin group. Settings
+Commands: serve, worker, migrate, demo, chat, doctor, inspect, tree, and the admin group. Settings
 come from ATOR_* environment variables (see ator.settings). Each command lives in its own
 module of this package; this one wires them into one typer app.
 """
@@ -17,6 +17,7 @@ from ator.cli.demo import demo
 from ator.cli.doctor import doctor
 from ator.cli.inspect import inspect
 from ator.cli.tree import tree
+from ator.cli.worker import worker
 from ator.obs.logging import configure_logging
 from ator.settings import Settings
 
@@ -30,6 +31,7 @@ app.command()(chat)
 app.command()(doctor)
 app.command()(inspect)
 app.command()(tree)
+app.command()(worker)
 app.add_typer(admin_app, name="admin")
 
 
@@ -41,10 +43,17 @@ def serve(
         "1", help="Processes sharing the port: a number, or 'auto' for one per core. More "
         "than 1 needs ATOR_REDIS_URL and ATOR_DATABASE_URL; each process has its own pools "
         "and caps."),
+    jobs: bool = typer.Option(
+        True, "--jobs/--no-jobs", help="Also run jobs and schedules (default; ATOR_RUN_JOBS="
+        "false turns them off too). With --no-jobs, run `ator worker` for them."),
 ) -> None:
     """Run the HTTP API, the engine and the reaper (in each of `--workers` processes)."""
+    import os
+
     from ator.cli.server import run_server
 
+    if not jobs:  # the edge: `--workers N` processes build their Settings from it
+        os.environ["ATOR_RUN_JOBS"] = "false"
     settings = Settings()
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
     run_server(settings, host=host or settings.host, port=port or settings.port,

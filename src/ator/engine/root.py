@@ -37,6 +37,7 @@ from ator.engine.tenancy import Tenancy
 from ator.engine.tool_calls import ToolCalls
 from ator.engine.turn import TurnRunner
 from ator.errors import ConfigError
+from ator.jobs import JobKinds, JobQueue, JobRunner, Schedules
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
@@ -89,9 +90,9 @@ class Engine:
     runner: TurnRunner
     actor: Actor
     reaper: Reaper
+    job_runner: JobRunner
     routes: list[Any] = field(default_factory=list)
     rooms: list[Any] = field(default_factory=list)
-    job_kinds: list[Any] = field(default_factory=list)  # for the jobs kernel's JobKinds
     migrations: list[str] = field(default_factory=list)
 
     def check_caps(self, raw: Any) -> None:
@@ -148,13 +149,22 @@ def assemble(
     actor = Actor(db=db, coord=coord, runner=runner, owner=owner,
                   lease_ttl=settings.lease_ttl, max_in_flight=settings.max_turns_in_flight,
                   wakes=wakes)
+    # Jobs (ator.jobs): every extension's kinds, a queue and schedules as services, and the
+    # runner `Ator.start_jobs` starts (`ator worker`; `ator serve` unless told not to).
+    kinds = JobKinds()
+    for kind in (k for e in built for k in e.job_kinds()):
+        kinds.register(kind)
+    registry.add(JobKinds, kinds)
+    registry.add(JobQueue, JobQueue(db, kinds))
+    registry.add(Schedules, Schedules(db, kinds))
+    job_runner = JobRunner(db, kinds, settings, owner=owner)
     reaper = Reaper(db=db, coord=coord, actor=actor, runner=runner, owner=owner,
                     ttl=settings.lease_ttl, interval=settings.reaper_interval)
     return Engine(
         kernel=kernel, extensions=built, services=registry, cap_groups=cap_groups,
         publisher=publisher, runner=runner, actor=actor, reaper=reaper,
+        job_runner=job_runner,
         routes=[r for e in built for r in e.routes()],
         rooms=[r for e in built for r in e.rooms()],
-        job_kinds=[k for e in built for k in e.job_kinds()],
         migrations=[m for e in built for m in e.migrations()],
     )

@@ -1,5 +1,5 @@
 """`Ator`: the Python API of the runtime (layer: engine; imports store, coord, providers,
-tools, cost, security, engine.*).
+tools, cost, security, jobs, engine.*).
 
 The HTTP API and the CLI sit on this class, the one public facade: conversations and their
 records are its methods, every other service is reached through `service(Kind)`, and every
@@ -210,6 +210,11 @@ class Ator:
             self.loop_lag.start()
             self._engine_started = True
 
+    async def start_jobs(self) -> None:
+        """Run jobs and schedules in this process (`ator worker`; `ator serve` unless
+        run_jobs is off). close() finishes or hands back what they hold."""
+        await self.engine.job_runner.start()
+
     async def close(self) -> None:
         """Stop the engine and close every resource. One part failing does not leave the
         others open; the first failure is raised after all were tried."""
@@ -219,6 +224,7 @@ class Ator:
         if self._engine_started:
             steps = [self.loop_lag.close, self.reaper.close, self.actor.close, *steps]
             self._engine_started = False
+        steps = [self.engine.job_runner.close, *steps]
         failure: BaseException | None = None
         for step in steps:
             try:

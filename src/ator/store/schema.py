@@ -19,6 +19,7 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 __all__ = [
     "api_keys",
     "events",
+    "jobs",
     "mailbox",
     "mcp_servers",
     "metadata",
@@ -27,6 +28,7 @@ __all__ = [
     "orgs",
     "prompt_versions",
     "provider_sessions",
+    "schedules",
     "secrets",
     "sessions",
     "setups",
@@ -406,4 +408,66 @@ tool_audit = sa.Table(
     sa.Index("ix_tool_audit_org_created", "org_id", "created_at", "id"),
     sa.CheckConstraint("principal_kind in ('user','key')", name="ck_tool_audit_principal"),
     sa.CheckConstraint("outcome in ('ok','error')", name="ck_tool_audit_outcome"),
+)
+
+# Durable jobs (ator.jobs; store/jobs.py): a hot table, no foreign keys. `state` is queued →
+# running (under a lease: lease_owner, lease_until) → done or dead, or back to queued to retry.
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _org_hot(),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("payload", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("state", sa.Text, nullable=False, server_default="queued"),
+    sa.Column("priority", sa.SmallInteger, nullable=False, server_default="0"),
+    sa.Column("run_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.Column("attempt", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("lease_owner", sa.Text, nullable=True),
+    sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("unique_key", sa.Text, nullable=True),
+    sa.Column("request_id", sa.Text, nullable=True),
+    sa.Column("schedule_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("tick", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    _created(),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    sa.CheckConstraint("state in ('queued','running','done','dead')", name="ck_jobs_state"),
+    sa.Index("ix_jobs_ready", "kind", "org_id", sa.text("priority DESC"), "run_at", "id",
+             postgresql_where=sa.text("state = 'queued'")),
+    sa.Index("ix_jobs_running", "kind", "org_id", postgresql_where=sa.text("state = 'running'")),
+    sa.Index("ix_jobs_lease", "lease_until", postgresql_where=sa.text("state = 'running'")),
+    sa.Index("ix_jobs_finished", "state", "finished_at",
+             postgresql_where=sa.text("state IN ('done','dead')")),
+    sa.Index("uq_jobs_unique", "org_id", "kind", "unique_key", unique=True,
+             postgresql_where=sa.text("unique_key IS NOT NULL AND state IN ('queued','running')")),
+    sa.Index("uq_jobs_tick", "schedule_id", "tick", unique=True,
+             postgresql_where=sa.text("schedule_id IS NOT NULL")),
+)
+
+# Schedules as rows (store/schedules.py): cron in an IANA zone; `next_tick` is the next due
+# instant (UTC), advanced in the transaction that enqueues its job, so a tick fires once
+# across replicas. `pending` is the tick buffered behind a firing still active (overlap
+# "buffer").
+schedules = sa.Table(
+    "schedules",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("payload", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("cron", sa.Text, nullable=False),
+    sa.Column("zone", sa.Text, nullable=False),
+    sa.Column("overlap", sa.Text, nullable=False, server_default="skip"),
+    sa.Column("catch_up", sa.Float, nullable=False, server_default="60"),
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("next_tick", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("last_tick", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("pending", sa.DateTime(timezone=True), nullable=True),
+    _created(),
+    sa.UniqueConstraint("org_id", "name", name="uq_schedules_org_name"),
+    sa.CheckConstraint("overlap in ('skip','buffer','allow')", name="ck_schedules_overlap"),
+    sa.Index("ix_schedules_due", "next_tick", postgresql_where=sa.text("enabled")),
 )

@@ -1,0 +1,329 @@
+"""The job queue and worker in one process on real PostgreSQL: in-transaction enqueue and
+its NOTIFY, unique keys, retries (backoff, retry_after, timeout), dead and replay, per-org
+limits across two workers, heartbeats, hand-back on close, pruning, org isolation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from ator.errors import ConfigError, Conflict, NotFound
+from ator.jobs import JobContext, JobKind, JobKinds, JobQueue, Retry, Worker
+from ator.store.database import Database, open_database
+from ator.store.scope import Scope
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def db(settings_factory: Any) -> AsyncIterator[Database]:
+    database = await open_database(settings_factory())
+    await database.pool.execute("DELETE FROM jobs")
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+async def workers(db: Database) -> AsyncIterator[Callable[..., Awaitable[Worker]]]:
+    started: list[Worker] = []
+
+    async def start(kinds: JobKinds, **options: Any) -> Worker:
+        options.setdefault("poll_interval", 0.05)
+        worker = Worker(db, kinds, owner=f"w-{uuid.uuid4().hex[:6]}", **options)
+        await worker.start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        await worker.close(grace=0.5)
+
+
+def org() -> Scope:
+    return Scope(uuid.uuid4())
+
+
+async def state(queue: JobQueue, scope: Scope, job_id: int) -> str:
+    return (await queue.get(scope, job_id)).state
+
+
+async def test_a_job_enqueued_in_a_transaction_exists_only_if_it_commits_and_wakes_workers(
+    db: Database, workers: Any
+) -> None:
+    ran: list[int] = []
+
+    async def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        ran.append(payload["n"])
+
+    kinds = JobKinds([JobKind("outbox", handler)])
+    queue = JobQueue(db, kinds)
+    scope = org()
+    # A long poll interval: only the NOTIFY sent at commit can wake the worker in time.
+    await workers(kinds, poll_interval=60.0)
+    with pytest.raises(RuntimeError):
+        async with db.begin() as conn:
+            await queue.enqueue(scope, "outbox", {"n": 1}, within=conn)
+            raise RuntimeError("the caller's transaction fails")
+    async with db.begin() as conn:
+        job_id = await queue.enqueue(scope, "outbox", {"n": 2}, within=conn,
+                                     request_id="req-7")
+    assert job_id is not None
+    await wait_until(lambda: _is(queue, scope, job_id, "done"), timeout=5)
+    assert ran == [2]
+    assert (await queue.get(scope, job_id)).request_id == "req-7"
+    assert await queue.counts(scope) == {"done": 1}
+
+
+async def _is(queue: JobQueue, scope: Scope, job_id: int, wanted: str) -> bool:
+    return await state(queue, scope, job_id) == wanted
+
+
+async def test_a_unique_key_is_unique_while_queued_or_running_only(db: Database,
+                                                                   workers: Any) -> None:
+    async def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        return None
+
+    kinds = JobKinds([JobKind("sync", handler)])
+    queue = JobQueue(db, kinds)
+    a, b = org(), org()
+    first = await queue.enqueue(a, "sync", unique_key="k")
+    assert first is not None
+    assert await queue.enqueue(a, "sync", unique_key="k") is None
+    assert await queue.enqueue(b, "sync", unique_key="k") is not None  # per org
+    await workers(kinds)
+    await wait_until(lambda: _is(queue, a, first, "done"))
+    assert await queue.enqueue(a, "sync", unique_key="k") is not None  # free again
+    with pytest.raises(ConfigError):
+        await queue.enqueue(a, "nobody-registered-this")
+
+
+async def test_a_failing_job_goes_dead_with_its_last_error_and_a_replay_runs_it(
+    db: Database, workers: Any
+) -> None:
+    attempts: list[int] = []
+    fixed = asyncio.Event()
+
+    async def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        attempts.append(ctx.attempt)
+        if not fixed.is_set():
+            raise RuntimeError(f"boom {ctx.attempt}")
+
+    kinds = JobKinds([JobKind("flaky", handler, max_attempts=3, backoff_base=0.01)])
+    queue = JobQueue(db, kinds)
+    scope = org()
+    job_id = await queue.enqueue(scope, "flaky")
+    assert job_id is not None
+    await workers(kinds)
+    await wait_until(lambda: _is(queue, scope, job_id, "dead"))
+    dead = await queue.get(scope, job_id)
+    assert (dead.attempt, dead.last_error) == (3, "RuntimeError: boom 3")
+    assert attempts == [1, 2, 3]
+    with pytest.raises(NotFound):
+        await queue.replay(org(), job_id)  # another org's job
+    fixed.set()
+    await queue.replay(scope, job_id)
+    await wait_until(lambda: _is(queue, scope, job_id, "done"))
+    assert attempts == [1, 2, 3, 1]
+    with pytest.raises(Conflict):
+        await queue.replay(scope, job_id)  # only a dead job
+
+
+async def test_retry_after_and_timeouts_are_attempts_rescheduled(db: Database,
+                                                                 workers: Any) -> None:
+    async def asks(ctx: JobContext, payload: dict[str, Any]) -> None:
+        raise Retry(after=30, reason="upstream said 429")
+
+    async def hangs(ctx: JobContext, payload: dict[str, Any]) -> None:
+        await asyncio.Event().wait()
+
+    kinds = JobKinds([JobKind("asks", asks), JobKind("hangs", hangs, timeout=0.1,
+                                                     backoff_base=20)])
+    queue = JobQueue(db, kinds)
+    scope = org()
+    asked = await queue.enqueue(scope, "asks")
+    hung = await queue.enqueue(scope, "hangs")
+    assert asked is not None and hung is not None
+    await workers(kinds)
+
+    async def both_retried() -> bool:
+        rows = [await queue.get(scope, i) for i in (asked, hung)]
+        return all(r.state == "queued" and r.attempt == 1 for r in rows)
+
+    await wait_until(both_retried)
+    now = await db.pool.fetchval("SELECT now()")
+    asked_row, hung_row = await queue.get(scope, asked), await queue.get(scope, hung)
+    assert asked_row.last_error == "retry requested: upstream said 429"
+    assert 29 < (asked_row.run_at - now).total_seconds() <= 30
+    assert hung_row.last_error == "timed out after 0.1s"
+    assert 9 < (hung_row.run_at - now).total_seconds() <= 20  # base 20 s, equal jitter
+
+
+def test_backoff_grows_exponentially_with_jitter_under_its_cap() -> None:
+    async def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        return None
+
+    kind = JobKind("k", handler, backoff_base=1.0, backoff_cap=10.0)
+    for attempt, full in ((1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (9, 10.0)):
+        delays = [kind.backoff(attempt) for _ in range(200)]
+        assert all(full / 2 <= d <= full for d in delays)
+        assert max(delays) - min(delays) > full / 4  # jittered, not one value
+
+
+async def test_a_per_org_limit_holds_across_two_workers(db: Database, workers: Any) -> None:
+    running: dict[uuid.UUID, int] = {}
+    peak: dict[uuid.UUID, int] = {}
+    done = 0
+
+    async def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        nonlocal done
+        org_id = ctx.scope.org_id
+        running[org_id] = running.get(org_id, 0) + 1
+        peak[org_id] = max(peak.get(org_id, 0), running[org_id])
+        await asyncio.sleep(0.02)  # the job's work, long enough to overlap
+        running[org_id] -= 1
+        done += 1
+
+    kinds = JobKinds([JobKind("limited", handler, per_org_limit=2)])
+    queue = JobQueue(db, kinds)
+    a, b = org(), org()
+    await queue.enqueue_many(a, "limited", [{}] * 20)
+    await queue.enqueue_many(b, "limited", [{}] * 20)
+    await workers(kinds, concurrency=10)
+    await workers(kinds, concurrency=10)
+
+    async def finished() -> bool:
+        return done == 40
+
+    await wait_until(finished)
+    assert peak == {a.org_id: 2, b.org_id: 2}
+
+
+async def test_heartbeats_keep_a_long_job_and_close_hands_back_a_held_one(
+    db: Database, workers: Any
+) -> None:
+    release = asyncio.Event()
+    started = asyncio.Event()
+    runs = 0
+
+    async def long(ctx: JobContext, payload: dict[str, Any]) -> None:
+        nonlocal runs
+        runs += 1
+        started.set()
+        await release.wait()
+
+    kinds = JobKinds([JobKind("long", long)])
+    queue = JobQueue(db, kinds)
+    scope = org()
+    job_id = await queue.enqueue(scope, "long")
+    assert job_id is not None
+    first = await workers(kinds, lease_ttl=0.6)
+    await asyncio.wait_for(started.wait(), 5)
+    await workers(kinds, lease_ttl=0.6)  # would rescue the job if its lease lapsed
+    await asyncio.sleep(2.0)  # three lease lengths pass while it runs
+    assert runs == 1 and await state(queue, scope, job_id) == "running"
+    await first.close(grace=0.05)
+    row = await queue.get(scope, job_id)
+    assert first.stats.released == 1
+    assert row.attempt in (0, 1)  # handed back unspent (0), or already re-claimed (1)
+    release.set()
+    await wait_until(lambda: _is(queue, scope, job_id, "done"))
+    assert runs == 2
+
+
+async def test_finished_jobs_are_pruned_by_age(db: Database, workers: Any) -> None:
+    async def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        return None
+
+    kinds = JobKinds([JobKind("brief", handler)])
+    queue = JobQueue(db, kinds)
+    scope = org()
+    job_id = await queue.enqueue(scope, "brief")
+    assert job_id is not None
+    await workers(kinds)
+    await wait_until(lambda: _is(queue, scope, job_id, "done"))
+    await db.pool.execute("UPDATE jobs SET finished_at = now() - interval '2 hours' "
+                          "WHERE id = $1", job_id)
+    await workers(kinds, keep_done=3600, prune_interval=0.05)
+
+    async def gone() -> bool:
+        return await db.pool.fetchval("SELECT count(*) FROM jobs WHERE id = $1", job_id) == 0
+
+    await wait_until(gone)
+
+
+async def test_a_job_completed_in_its_handlers_transaction_commits_with_its_effect(
+    db: Database, workers: Any
+) -> None:
+    await db.pool.execute("CREATE TABLE IF NOT EXISTS job_effect_probe (job_id bigint)")
+    insert = sa.text("INSERT INTO job_effect_probe (job_id) VALUES (:id)")
+
+    async def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        async with ctx.db.begin() as conn:
+            await conn.execute(insert, {"id": ctx.id})
+            await ctx.complete(conn)
+
+    kinds = JobKinds([JobKind("atomic", handler)])
+    queue = JobQueue(db, kinds)
+    scope = org()
+    job_id = await queue.enqueue(scope, "atomic")
+    assert job_id is not None
+    worker = await workers(kinds)
+    try:
+        await wait_until(lambda: _is(queue, scope, job_id, "done"))
+        assert await db.pool.fetchval(
+            "SELECT count(*) FROM job_effect_probe WHERE job_id = $1", job_id) == 1
+    finally:
+        await worker.close()
+        await db.pool.execute("DROP TABLE job_effect_probe")  # the schema test sees all
+    assert worker.stats.completed == 1
+
+
+def test_the_jobs_package_exports_are_pinned() -> None:
+    import ator.jobs
+
+    assert sorted(ator.jobs.__all__) == [
+        "Clock", "Handler", "JobContext", "JobKind", "JobKinds", "JobQueue", "JobRunner",
+        "LeaseLost", "ManualClock", "Retry", "Scheduler", "Schedules", "SystemClock", "Worker",
+        "WorkerStats"]
+    for name in ator.jobs.__all__:
+        assert hasattr(ator.jobs, name)
+
+
+@pytest.mark.parametrize("run_jobs", [True, False])
+async def test_a_served_process_runs_jobs_unless_told_not_to(settings_factory: Any,
+                                                             run_jobs: bool) -> None:
+    from ator.api.app import create_app
+
+    app = create_app(settings_factory(run_jobs=run_jobs))
+    async with app.router.lifespan_context(app):
+        runtime = app.state.ator
+        assert runtime.engine.job_runner.running is run_jobs
+    assert runtime.engine.job_runner.running is False
+
+
+async def test_a_kind_registered_on_the_runtime_runs_through_its_queue(make_ator: Any) -> None:
+    ran = asyncio.Event()
+
+    async def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        assert payload == {"hello": "jobs"}
+        ran.set()
+
+    async with make_ator(job_poll_interval=0.05) as runtime:
+        runtime.service(JobKinds).register(JobKind("greet", handler))
+        with pytest.raises(ConfigError):
+            runtime.service(JobKinds).register(JobKind("greet", handler))  # no silent overwrite
+        await runtime.start_jobs()
+        org_row = await runtime.create_org(f"jobs-{uuid.uuid4().hex[:6]}")
+        await runtime.service(JobQueue).enqueue(Scope(org_row.id), "greet", {"hello": "jobs"})
+        await asyncio.wait_for(ran.wait(), 10)
