@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -132,9 +133,13 @@ async def test_replies_render_markdown_and_payloads_stay_text(
         await context.close()
 
 
-async def test_subagents_show_as_cards_and_the_list_hides_them_until_asked(
-    browser: Browser, deployments: DeploymentFactory,
-) -> None:
+Family = tuple[Deployment, Replica, dict[str, Any], dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+async def family(deployments: DeploymentFactory) -> AsyncIterator[Family]:
+    """A lead thread that spawned one subagent and heard back: (deployment, replica, the
+    lead's thread, the child's tree node)."""
     async with (
         AnthropicWireFake([]) as lead_model,
         OpenAIWireFake([Reply(text="Found **three** things.")]) as worker_model,
@@ -156,23 +161,23 @@ async def test_subagents_show_as_cards_and_the_list_hides_them_until_asked(
             Reply(text="Part A is in."),
         )
         thread = await client.create_thread(lead["id"], title="The lead")
-        await _subagent_cards(browser, deployment, replica, client, thread)
+        await client.post_message(thread["id"], "research it")
+        first = await client.follow(thread["id"])
+        await client.follow(thread["id"], after_seq=first[-1]["seq"])  # woken by the result
+        tree = (await client.ok("GET", f"/v1/threads/{thread['id']}/tree"))["data"]
+        yield deployment, replica, thread, tree["children"][0]
 
 
-async def _subagent_cards(browser: Browser, deployment: Deployment, replica: Replica,
-                          client: Client, thread: dict[str, Any]) -> None:
+async def test_a_subagent_spawn_and_result_are_cards_with_a_link_to_its_chat(
+    browser: Browser, family: Family,
+) -> None:
+    deployment, replica, thread, child = family
     context = await new_context(browser)
     try:
         page = await log_in(context, replica.url, deployment.admin_key, f"/threads/{thread['id']}")
-        await page.wait_for_selector("text=No messages yet")
-        await page.fill("textarea[name=message]", "research it")
-        await page.click("form.composer button[type=submit]")
         card = "[data-testid=subagent-card]"
         result = page.locator(f"{card}[data-kind=result]")
         await result.wait_for()
-        await _done(page, 2)  # the result woke the lead for a second turn
-        tree = (await client.ok("GET", f"/v1/threads/{thread['id']}/tree"))["data"]
-        child = tree["children"][0]
         spawn = page.locator(f"{card}[data-kind=spawn]")
         for shown in (spawn, result):
             assert await shown.get_attribute("data-child") == child["id"]
@@ -186,14 +191,20 @@ async def _subagent_cards(browser: Browser, deployment: Deployment, replica: Rep
         assert "<subagent_result" not in text and "</subagent_result>" not in text
         assert '"alias"' not in text and "do not poll" not in text  # the spawn's raw JSON
         await _both(page, "ux-02-subagent-cards")
-
-        # The card opens the child's chat.
         await result.locator("[data-testid=subagent-link]").click()
         await page.wait_for_url(f"**/ui/threads/{child['id']}")
         await page.wait_for_selector("[data-testid=assistant-message] strong:has-text('three')")
+    finally:
+        await context.close()
 
-        # The thread list: only the lead, until subagent threads are asked for.
-        await page.click("header >> text=Threads")
+
+async def test_the_thread_list_hides_subagent_threads_until_asked_and_names_their_parent(
+    browser: Browser, family: Family,
+) -> None:
+    deployment, replica, thread, child = family
+    context = await new_context(browser)
+    try:
+        page = await log_in(context, replica.url, deployment.admin_key)
         lead_row = page.locator(f"[data-thread='{thread['id']}']")
         await lead_row.wait_for()
         child_row = page.locator(f"[data-thread='{child['id']}']")
@@ -248,15 +259,35 @@ async def test_the_setup_form_offers_the_catalog_and_sends_clear_keys_to_secrets
         await choice.select_option("claude-haiku-4-5")
         await _both(page, "ux-05-setup-form")
 
-        # A clear key is refused: said once, in the console's words, pointing to Secrets.
+        # A clear key typed in its field is refused in the console's words.
         await editor.locator("input[name=name]").fill("with a clear key")
         await editor.locator("input[name=api_key]").fill("sk-ant-not-a-reference-0123456789")
+        await editor.locator("button[type=submit]").click()
+        said = await editor.locator("[role=alert]").inner_text()
+        assert "Secrets screen" in said and "/v1/" not in said, said
+    finally:
+        await context.close()
+
+
+async def test_a_clear_key_in_a_setup_is_refused_once_and_points_to_the_secrets_screen(
+    browser: Browser, served: tuple[Deployment, Replica, Client],
+) -> None:
+    deployment, replica, _ = served
+    context = await new_context(browser)
+    try:
+        page = await log_in(context, replica.url, deployment.admin_key, "/setups")
+        await page.click("text=New setup")
+        editor = page.locator("[data-testid=setup-editor]")
+        await editor.locator("input[name=name]").fill("with a clear key")
+        await editor.locator("input[name=model]").fill("claude-haiku-4-5")  # on anthropic
+        await editor.locator("textarea[name=config]").fill(
+            '{"api_key": "sk-ant-not-a-reference-0123456789"}')
         await editor.locator("button[type=submit]").click()
         alert = editor.locator("[role=alert]")
         said = await alert.inner_text()
         assert "Secrets screen" in said and "secret:NAME" in said, said
         assert "PUT /v1/secrets" not in said and "/v1/" not in said, said
-        assert said.count("credential") == 1, said
+        assert said.count("credential") == 1, said  # said once
         assert "sk-ant-not-a-reference" not in said
         await _both(page, "ux-06-clear-key-refused")
         await alert.locator("[data-testid=to-secrets]").click()
@@ -305,14 +336,16 @@ async def test_the_key_form_clears_every_field_after_a_key_is_made(
     context = await new_context(browser)
     try:
         page = await log_in(context, replica.url, deployment.admin_key, "/keys")
-        await page.fill("input[name=key_name]", "ci bot")
-        await page.fill("input[name=email]", "bot@example.com")
-        await page.select_option("select[name=role]", "admin")
+        name, email = "input[placeholder='key name']", "input[type=email]"
+        role = "form.card select"
+        await page.fill(name, "ci bot")
+        await page.fill(email, "bot@example.com")
+        await page.select_option(role, "admin")
         await page.click("text=Create key")
         await page.wait_for_selector("[data-testid=new-key]")
-        assert await page.input_value("input[name=key_name]") == ""
-        assert await page.input_value("input[name=email]") == ""
-        assert await page.input_value("select[name=role]") == "member"
+        assert await page.input_value(name) == ""
+        assert await page.input_value(email) == ""
+        assert await page.input_value(role) == "member"
         await page.wait_for_selector("[data-testid=keys] >> text=ci bot")
         await _both(page, "ux-09-key-made")
     finally:
@@ -346,7 +379,6 @@ async def test_a_long_chat_opens_on_its_latest_page_and_pages_back_on_scroll(
             "framesent", lambda p: joins.append(str(p)) if '"join"' in str(p) else None))
         await page.reload()  # opened again, with what it reads and sends watched
         messages = page.locator("[data-testid=messages]")
-        await page.wait_for_selector("[data-testid=messages][data-loaded='1']")
         await page.wait_for_selector("[data-testid=assistant-message] >> text=All done.")
         first_seen = await page.locator("[data-testid=messages] [data-seq]").count()
         assert "Step 0 of" not in await messages.inner_text()  # not the whole thread
