@@ -175,6 +175,12 @@ export function Threads(props: { live: Live; who: Who }) {
                       e.stopPropagation();
                       navigate(`/threads/${t.parent_id}`);
                     }}
+                    onKeyDown={(e) => {
+                      if (e.key !== "Enter") return;
+                      e.preventDefault();
+                      e.stopPropagation();
+                      navigate(`/threads/${t.parent_id}`);
+                    }}
                   >
                     {parentTitle(t.parent_id) || `thread ${t.parent_id.slice(0, 8)}`}
                   </span>
