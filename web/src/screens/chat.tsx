@@ -200,6 +200,7 @@ export function Chat(props: { threadId: string; live: Live; who: Who }) {
   const [ended, setEnded] = useState(0);
   const bottom = useRef<HTMLDivElement>(null);
   const top = useRef<HTMLDivElement>(null);
+  const list = useRef<HTMLDivElement>(null);
   const stick = useRef(true); // the reader is at the bottom: follow new items there
   const prepended = useRef<number | null>(null); // page height before an older page went in
   const loadingOlder = useRef(false);
@@ -250,6 +251,18 @@ export function Chat(props: { threadId: string; live: Live; who: Who }) {
     seen.observe(el);
     return () => seen.disconnect();
   }, [state.hasOlder, state.oldest, tab]);
+
+  // Content that grows by itself (the markdown renderer arriving, a long reply re-wrapping)
+  // keeps a reader who was at the bottom there.
+  useEffect(() => {
+    const el = list.current;
+    if (!el || tab !== "chat") return;
+    const grown = new ResizeObserver(() => {
+      if (stick.current && prepended.current === null) window.scrollTo(0, document.documentElement.scrollHeight);
+    });
+    grown.observe(el);
+    return () => grown.disconnect();
+  }, [tab]);
 
   useEffect(() => {
     const onScroll = () => (stick.current = atBottom());
@@ -312,7 +325,7 @@ export function Chat(props: { threadId: string; live: Live; who: Who }) {
       {threadTabs.map((t) => tab === t.id && <t.component threadId={props.threadId} live={props.live} who={props.who} />)}
       {tab === "chat" && (
         <>
-          <div class="messages" data-testid="messages" data-loaded={state.loaded ? "1" : "0"}>
+          <div class="messages" ref={list} data-testid="messages" data-loaded={state.loaded ? "1" : "0"}>
             <div ref={top} class="older" data-testid="older">
               {state.hasOlder && (
                 <button class="link" onClick={loadOlder} data-testid="load-older">
