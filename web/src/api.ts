@@ -10,11 +10,17 @@ export interface Who {
   csrf_token: string | null;
 }
 
+export interface FieldError {
+  loc: string[];
+  msg: string;
+}
+
 export class ApiError extends Error {
   constructor(
     public status: number,
     public code: string,
     detail: string,
+    public errors: FieldError[] = [],
   ) {
     super(detail);
   }
@@ -41,8 +47,17 @@ const ADVICE: Record<string, string> = {
   unavailable: "The server is not ready. Try again in a moment.",
 };
 
+// Codes whose server detail is written for an HTTP client (it names routes): the console says
+// it in its own words, with the field the server named.
+const CONSOLE_WORDS: Record<string, (field: string) => string> = {
+  secret_in_config: (field) =>
+    `${field || "A field"} holds a credential in clear, which a setup never keeps. Save the value on the Secrets screen, then write "secret:NAME" here in its place.`,
+};
+
 export function explain(err: unknown): string {
   if (err instanceof ApiError) {
+    const words = CONSOLE_WORDS[err.code];
+    if (words) return words(err.errors[0]?.loc?.join(".") ?? "");
     const advice = ADVICE[err.code];
     return advice ? `${advice} (${err.message})` : err.message;
   }
@@ -69,11 +84,15 @@ export async function api<T = any>(method: string, path: string, body?: unknown)
     data = { detail: text };
   }
   if (!res.ok) {
-    let detail = data?.detail ?? res.statusText;
-    if (Array.isArray(data?.errors) && data.errors.length) {
-      detail += ": " + data.errors.map((e: any) => `${(e.loc ?? []).slice(1).join(".")} ${e.msg}`).join("; ");
-    }
-    const error = new ApiError(res.status, data?.code ?? "error", String(detail));
+    let detail = String(data?.detail ?? res.statusText);
+    const errors: FieldError[] = Array.isArray(data?.errors)
+      ? data.errors.map((e: any) => ({ loc: (e.loc ?? []).map(String), msg: String(e.msg ?? "") }))
+      : [];
+    // A request validation error names its fields only in `errors`; a refusal that already
+    // says them in its detail is not repeated.
+    const unsaid = errors.filter((e) => !detail.includes(e.msg));
+    if (unsaid.length) detail += ": " + unsaid.map((e) => `${e.loc.slice(1).join(".")} ${e.msg}`).join("; ");
+    const error = new ApiError(res.status, data?.code ?? "error", detail, errors);
     // A session that ended (logout elsewhere, revoked key, expiry): back to the login form.
     if (res.status === 401 && !path.startsWith("/v1/sessions")) {
       window.dispatchEvent(new CustomEvent("ator:session-ended", { detail: explain(error) }));

@@ -18,14 +18,29 @@ interface Follow {
   listeners: Set<Listener>;
 }
 
-// Every frame received, in order (for the browser tests and for a person debugging).
+// The last frames received, in order, for the browser tests and for a person debugging: a
+// bounded ring (a long-lived tab does not grow), and never token deltas (a reply's deltas are
+// shown by the chat until its persisted step replaces them; only their count is kept).
+export const FRAMES_KEPT = 200;
 declare global {
   interface Window {
     __atorFrames: Frame[];
+    __atorDeltas: number;
     __atorLive: Live | undefined;
   }
 }
 window.__atorFrames = [];
+window.__atorDeltas = 0;
+
+function keep(frame: Frame): void {
+  if (frame.type === "delta") {
+    window.__atorDeltas += 1;
+    return;
+  }
+  const kept = window.__atorFrames;
+  kept.push(frame);
+  if (kept.length > FRAMES_KEPT) kept.splice(0, kept.length - FRAMES_KEPT);
+}
 
 export class Live {
   socket: Socket;
@@ -63,7 +78,7 @@ export class Live {
   }
 
   private dispatch(frame: Frame): void {
-    window.__atorFrames.push(frame);
+    keep(frame);
     const threadId: string | undefined = frame.data?.thread_id;
     if (frame.type === "turn.started" || frame.type === "turn.ended") {
       for (const l of this.orgListeners) l(frame);
@@ -89,7 +104,8 @@ export class Live {
     return () => this.orgListeners.delete(l);
   }
 
-  /** Follow a thread from `afterSeq` (0: its whole history). Returns the unfollow. */
+  /** Follow a thread from `afterSeq` (the last seq the caller already shows, read over
+   * HTTP: see history.ts). Returns the unfollow. */
   follow(threadId: string, afterSeq: number, l: Listener): () => void {
     let f = this.follows.get(threadId);
     if (!f) {

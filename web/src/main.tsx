@@ -5,6 +5,7 @@ import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, explain, setCsrf, type Who } from "./api";
 import { Live } from "./live";
+import { loadMarkdown } from "./markdown";
 import { Link, navigate, usePath } from "./router";
 import { Login } from "./screens/login";
 import { Threads } from "./screens/threads";
@@ -45,6 +46,7 @@ function App() {
 
   useEffect(() => {
     if (!who?.csrf_token) return;
+    loadMarkdown(); // logged in: replies will want it
     const l = new Live(who.csrf_token);
     setLive(l);
     const off = l.onStatus(setStatus);

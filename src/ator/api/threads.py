@@ -5,6 +5,9 @@
 the same id with different content is a 409 `idempotency_conflict`.
 `GET …/events?wait=N` is a long-poll that returns as soon as a new event is committed; each
 user and org may hold a bounded number at once (429 `too_many_waits`).
+`GET /threads?roots_only=true` leaves subagent threads out (each thread says its `parent_id`).
+`GET …/events?before=N&limit=M` pages history backwards: the last M events below seq N,
+in seq order, with `has_older` (a chat opens on its latest page and scrolls back).
 `GET …/tree` is the thread and its subagents, nested, with status, usage and `live`.
 `POST …/stop` also stops the thread's subagents (their results are dropped); it says
 whether a turn of the thread itself was running: 202 `{"stop": "requested", "running": true}`
@@ -60,12 +63,13 @@ async def list_threads(
     cursor: str | None = Query(default=None, max_length=200),
     setup_id: UUID | None = None,
     parent_id: UUID | None = None,
+    roots_only: bool = False,
     p: Principal = Depends(require("viewer")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
     before = _parse_cursor(cursor) if cursor else None
     found = await ator.threads(p.scope, limit=limit + 1, before=before, setup_id=setup_id,
-                               parent_id=parent_id)
+                               parent_id=parent_id, roots_only=roots_only)
     page = found[:limit]
     next_cursor = _cursor(page[-1]) if len(found) > limit else None
     busy = await ator.busy_many([t.id for t in page])  # then kept current by the org room
@@ -105,11 +109,15 @@ async def list_events(
     after_seq: int = Query(default=0, ge=0, le=2**62),
     limit: int = Query(default=200, ge=1, le=1000),
     wait: float = Query(default=0, ge=0, le=60),
+    before: int | None = Query(default=None, ge=1, le=2**62),
     *,
     request: Request,
     p: Principal = Depends(require("viewer")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
+    if before is not None:
+        return await _events_before(ator, p, thread_id, before=before, after_seq=after_seq,
+                                    limit=limit, wait=wait)
     if wait > 0:
         slots: WaitSlots = request.app.state.wait_slots
         with slots.hold(p.org_id, p.user_id):
@@ -120,6 +128,17 @@ async def list_events(
         found = await ator.events(p.scope, thread_id, after_seq=after_seq, limit=limit)
     last = found[-1].seq if found else after_seq
     return {"data": [views.event(e) for e in found], "last_seq": last}
+
+
+async def _events_before(ator: Ator, p: Principal, thread_id: UUID, *, before: int,
+                         after_seq: int, limit: int, wait: float) -> dict[str, Any]:
+    """A page of history read backwards: the last `limit` events below `before`."""
+    if wait > 0 or after_seq:
+        raise ValidationFailed("before pages backwards; it cannot be combined with "
+                               "after_seq or wait", code="invalid_query")
+    found, older = await ator.events_before(p.scope, thread_id, before=before, limit=limit)
+    return {"data": [views.event(e) for e in found],
+            "last_seq": found[-1].seq if found else None, "has_older": older}
 
 
 @router.get("/threads/{thread_id}/turns")

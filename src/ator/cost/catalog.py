@@ -18,6 +18,7 @@ on names a tenant can choose; the caller (`PriceTable`) keeps a bounded cache in
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -35,7 +36,7 @@ from genai_prices.types import (
 
 from ator.cost.price import Price, Tier
 
-__all__ = ["catalog_price"]
+__all__ = ["CatalogModel", "catalog_models", "catalog_price"]
 
 # Loaded at import: the data module is ~1.6 MB of Python literals.
 _PROVIDERS: list[Provider] = data_snapshot.get_snapshot().providers
@@ -142,3 +143,28 @@ def catalog_price(model: str, *, at: datetime | None = None) -> Price | None:
     if info is None:
         return None
     return _convert(info.get_prices(at or datetime.now(tz=UTC)))
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogModel:
+    """A model the catalog lists for a provider: what a setup form offers."""
+
+    id: str
+    name: str
+    context_window: int | None
+    price: Price
+
+
+def catalog_models(provider: str, *, at: datetime | None = None) -> list[CatalogModel]:
+    """The models the library lists under `provider` (its id: "anthropic", "openai") that
+    are priced per token, in the library's order; [] for a provider it does not know."""
+    found = next((p for p in _PROVIDERS if p.id == provider), None)
+    if found is None:
+        return []
+    when = at or datetime.now(tz=UTC)
+    out = []
+    for m in found.models:
+        price = _convert(m.get_prices(when))
+        if price is not None:
+            out.append(CatalogModel(m.id, m.name or m.id, m.context_window, price))
+    return out

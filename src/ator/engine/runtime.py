@@ -388,11 +388,13 @@ class Ator:
 
     async def threads(
         self, scope: Scope, *, limit: int = 50, before: tuple[datetime, UUID] | None = None,
-        setup_id: UUID | None = None, parent_id: UUID | None = None,
+        setup_id: UUID | None = None, parent_id: UUID | None = None, roots_only: bool = False,
     ) -> list[Thread]:
-        """Newest first; `before` is the (created_at, id) of the last thread of a page."""
+        """Newest first; `before` is the (created_at, id) of the last thread of a page;
+        `roots_only` leaves subagent threads out."""
         return await thread_store.list_threads(self.db, scope, limit=limit, before=before,
-                                               setup_id=setup_id, parent_id=parent_id)
+                                               setup_id=setup_id, parent_id=parent_id,
+                                               roots_only=roots_only)
 
     async def delete_thread(self, scope: Scope, thread_id: UUID) -> None:
         await thread_store.delete_thread(self.db, scope, thread_id)
@@ -453,6 +455,15 @@ class Ator:
     ) -> list[Event]:
         return await event_store.read_events(self.db, scope, thread_id, after_seq=after_seq,
                                              limit=limit)
+
+    async def events_before(
+        self, scope: Scope, thread_id: UUID, *, before: int, limit: int = 200
+    ) -> tuple[list[Event], bool]:
+        """The last `limit` events below seq `before` (in seq order) and whether older ones
+        exist. Raises NotFound (another org's thread)."""
+        await thread_store.get_thread(self.db, scope, thread_id)
+        return await event_store.read_events_before(self.db, scope, thread_id, before=before,
+                                                    limit=limit)
 
     async def wait_events(
         self, scope: Scope, thread_id: UUID, *, after_seq: int, timeout: float, limit: int = 200

@@ -27,6 +27,7 @@ __all__ = [
     "event_params",
     "message_seq",
     "read_events",
+    "read_events_before",
     "to_event",
 ]
 
@@ -85,6 +86,27 @@ async def read_events(
     )
     rows = await db.read(stmt)
     return [to_event(r, thread_id) for r in rows]
+
+
+async def read_events_before(
+    db: Database, scope: Scope, thread_id: UUID, *, before: int, limit: int
+) -> tuple[list[Event], bool]:
+    """The last `limit` events with a seq below `before`, in seq order, and whether older
+    ones exist: a page of history read backwards (the console opens a chat this way)."""
+    stmt = (
+        sa.select(events.c.seq, events.c.kind, events.c.data, events.c.turn_id, events.c.created_at)
+        .where(
+            events.c.thread_id == thread_id,
+            events.c.org_id == scope.org_id,
+            events.c.seq < before,
+        )
+        .order_by(events.c.seq.desc())
+        .limit(limit + 1)
+    )
+    rows = await db.read(stmt)
+    page = [to_event(r, thread_id) for r in rows[:limit]]
+    page.reverse()
+    return page, len(rows) > limit
 
 
 async def message_seq(db: Database, scope: Scope, thread_id: UUID, mailbox_id: str) -> int | None:

@@ -126,8 +126,10 @@ async def list_threads(
     before: tuple[datetime, UUID] | None = None,
     setup_id: UUID | None = None,
     parent_id: UUID | None = None,
+    roots_only: bool = False,
 ) -> list[Thread]:
-    """Newest first; `before` is the (created_at, id) cursor of the last row already seen."""
+    """Newest first; `before` is the (created_at, id) cursor of the last row already seen;
+    `roots_only` leaves subagent threads out."""
     stmt = sa.select(threads).where(
         threads.c.org_id == scope.org_id, threads.c.deleted_at.is_(None)
     )
@@ -135,6 +137,8 @@ async def list_threads(
         stmt = stmt.where(threads.c.setup_id == setup_id)
     if parent_id is not None:
         stmt = stmt.where(threads.c.parent_id == parent_id)
+    if roots_only:
+        stmt = stmt.where(threads.c.parent_id.is_(None))
     if before is not None:
         stmt = stmt.where(sa.tuple_(threads.c.created_at, threads.c.id) < sa.tuple_(*before))
     stmt = stmt.order_by(threads.c.created_at.desc(), threads.c.id.desc()).limit(limit)

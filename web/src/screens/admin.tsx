@@ -79,7 +79,10 @@ export function Keys(props: { who: Who }) {
     try {
       const k = await api<any>("POST", "/v1/api-keys", { name, email, role });
       setCreated(k.key);
+      // A new form for the next key: nothing of this one's stays (its email included).
       setName("");
+      setEmail("");
+      setRole("member");
       setError("");
       load();
     } catch (err) {
@@ -108,9 +111,9 @@ export function Keys(props: { who: Who }) {
         </div>
       )}
       <form class="card row wrap" onSubmit={create}>
-        <input placeholder="key name" value={name} required onInput={(e) => setName((e.target as HTMLInputElement).value)} />
-        <input placeholder="user email" type="email" value={email} required onInput={(e) => setEmail((e.target as HTMLInputElement).value)} />
-        <select value={role} onChange={(e) => setRole((e.target as HTMLSelectElement).value)}>
+        <input name="key_name" placeholder="key name" value={name} required onInput={(e) => setName((e.target as HTMLInputElement).value)} />
+        <input name="email" placeholder="user email" type="email" value={email} required onInput={(e) => setEmail((e.target as HTMLInputElement).value)} />
+        <select name="role" value={role} onChange={(e) => setRole((e.target as HTMLSelectElement).value)}>
           <option>viewer</option>
           <option>member</option>
           <option>admin</option>

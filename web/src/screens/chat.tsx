@@ -1,17 +1,14 @@
-// A thread: the conversation replayed and then live from the socket, token by token, tool
-// calls and results as they happen, a stop button, and a footer per turn.
-import { useEffect, useReducer, useRef, useState } from "preact/hooks";
+// A thread: its latest page of history (history.ts), older pages read as the reader scrolls
+// up, then live from the socket, token by token, tool calls and results as they happen, a stop
+// button, and a footer per turn. Items are drawn by messages.tsx.
+import { useEffect, useLayoutEffect, useReducer, useRef, useState } from "preact/hooks";
 import { api, explain, money, type Who } from "../api";
+import { readPage, type Page } from "../history";
 import type { Frame, Live } from "../live";
+import { Markdown } from "../markdown";
 import { threadTabs, turnActions } from "../panels";
 import { Link } from "../router";
-
-type Item =
-  | { kind: "user"; seq: number; text: string }
-  | { kind: "assistant"; seq: number; turn: string | null; blocks: any[] }
-  | { kind: "results"; seq: number; results: any[] }
-  | { kind: "note"; seq: number; text: string }
-  | { kind: "ended"; seq: number; data: any };
+import { childResults, ItemView, type Item } from "./messages";
 
 interface LiveTool {
   id: string;
@@ -25,9 +22,18 @@ interface State {
   // Streamed steps not yet persisted: the last one is in progress.
   steps: { text: string; tools: LiveTool[] }[];
   increments: number; // delta batches received (shown to tests as data-increments)
+  loaded: boolean; // the latest page is in
+  hasOlder: boolean; // events before the oldest shown exist
+  oldest: number | null; // seq of the oldest event read
 }
 
-const initial: State = { items: [], busyTurn: null, steps: [{ text: "", tools: [] }], increments: 0 };
+const initial: State = {
+  items: [], busyTurn: null, steps: [{ text: "", tools: [] }], increments: 0, loaded: false, hasOlder: false, oldest: null,
+};
+
+// A frame from the socket, or a page of history: the latest (then followed live) or an older
+// one (put before the rest).
+type Action = { frame: Frame } | { page: Page; older: boolean; busy: boolean };
 
 function userText(data: any): string {
   if (typeof data?.content === "string") return data.content;
@@ -35,7 +41,20 @@ function userText(data: any): string {
   return String(data?.text ?? "");
 }
 
-function reduce(s: State, f: Frame): State {
+function reduce(s: State, a: Action): State {
+  if ("frame" in a) return reduceFrame(s, a.frame);
+  const oldest = a.page.firstSeq ?? s.oldest;
+  if (a.older) {
+    const older = a.page.frames.reduce(reduceFrame, initial).items;
+    return { ...s, items: [...older, ...s.items], hasOlder: a.page.hasOlder, oldest };
+  }
+  const read = a.page.frames.reduce(reduceFrame, s);
+  // A turn that started before this page still runs: the thread says it is busy.
+  const busyTurn = read.busyTurn ?? (a.busy ? "running" : null);
+  return { ...read, busyTurn, loaded: true, hasOlder: a.page.hasOlder, oldest };
+}
+
+function reduceFrame(s: State, f: Frame): State {
   if (f.type === "delta") {
     const steps = s.steps.map((st) => ({ text: st.text, tools: [...st.tools] }));
     for (const d of f.data.deltas ?? []) {
@@ -55,7 +74,7 @@ function reduce(s: State, f: Frame): State {
     case "message":
       return { ...s, items: [...s.items, { kind: "user", seq, text: userText(e.data) }] };
     case "notification":
-      return { ...s, items: [...s.items, { kind: "note", seq, text: userText(e.data) || JSON.stringify(e.data) }] };
+      return { ...s, items: [...s.items, { kind: "note", seq, text: userText(e.data) || JSON.stringify(e.data), data: e.data }] };
     case "assistant": {
       // The persisted step replaces the oldest streamed one.
       const steps = s.steps.length > 1 ? s.steps.slice(1) : [{ text: "", tools: [] }];
@@ -75,12 +94,6 @@ function reduce(s: State, f: Frame): State {
     default:
       return s;
   }
-}
-
-function resultText(content: any): string {
-  if (typeof content === "string") return content;
-  if (Array.isArray(content)) return content.map((b: any) => b.text ?? JSON.stringify(b)).join(" ");
-  return JSON.stringify(content);
 }
 
 export function Footer(props: { data: any; threadId: string }) {
@@ -171,6 +184,13 @@ function Turns(props: { threadId: string; version: number }) {
   );
 }
 
+const NEAR_BOTTOM_PX = 120;
+
+function atBottom(): boolean {
+  const el = document.documentElement;
+  return window.innerHeight + window.scrollY >= el.scrollHeight - NEAR_BOTTOM_PX;
+}
+
 export function Chat(props: { threadId: string; live: Live; who: Who }) {
   const [state, dispatch] = useReducer(reduce, initial);
   const [thread, setThread] = useState<any>(null);
@@ -179,18 +199,88 @@ export function Chat(props: { threadId: string; live: Live; who: Who }) {
   const [tab, setTab] = useState("chat");
   const [ended, setEnded] = useState(0);
   const bottom = useRef<HTMLDivElement>(null);
+  const top = useRef<HTMLDivElement>(null);
+  const list = useRef<HTMLDivElement>(null);
+  const stick = useRef(true); // the reader is at the bottom: follow new items there
+  const prepended = useRef<number | null>(null); // page height before an older page went in
+  const loadingOlder = useRef(false);
 
   useEffect(() => {
-    api("GET", `/v1/threads/${props.threadId}`)
-      .then(setThread)
-      .catch((e) => setError(explain(e)));
-    return props.live.follow(props.threadId, 0, (f) => {
-      dispatch(f);
-      if (f.type === "turn_ended") setEnded((n) => n + 1);
-    });
+    let gone = false;
+    let unfollow = () => {};
+    (async () => {
+      const t = await api<any>("GET", `/v1/threads/${props.threadId}`);
+      if (gone) return;
+      setThread(t);
+      const page = await readPage(props.threadId, null, t.last_seq);
+      if (gone) return;
+      dispatch({ page, older: false, busy: !!t.busy });
+      // Live from what the page showed: the socket replays only what came after it.
+      unfollow = props.live.follow(props.threadId, t.last_seq, (frame) => {
+        dispatch({ frame });
+        if (frame.type === "turn_ended") setEnded((n) => n + 1);
+      });
+    })().catch((e) => setError(explain(e)));
+    return () => {
+      gone = true;
+      unfollow();
+    };
   }, [props.threadId, props.live]);
 
-  useEffect(() => bottom.current?.scrollIntoView({ block: "end" }), [state]);
+  const loadOlder = async () => {
+    if (loadingOlder.current || !state.hasOlder || state.oldest === null) return;
+    loadingOlder.current = true;
+    try {
+      const page = await readPage(props.threadId, state.oldest, 0);
+      prepended.current = document.documentElement.scrollHeight;
+      dispatch({ page, older: true, busy: false });
+    } catch (e) {
+      setError(explain(e));
+    } finally {
+      loadingOlder.current = false;
+    }
+  };
+
+  // Older pages load when the top of the conversation comes into view.
+  useEffect(() => {
+    const el = top.current;
+    if (!el || !state.hasOlder || tab !== "chat") return;
+    const seen = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) loadOlder();
+    });
+    seen.observe(el);
+    return () => seen.disconnect();
+  }, [state.hasOlder, state.oldest, tab]);
+
+  // Content that grows by itself (the markdown renderer arriving, a long reply re-wrapping)
+  // keeps a reader who was at the bottom there.
+  useEffect(() => {
+    const el = list.current;
+    if (!el || tab !== "chat") return;
+    const grown = new ResizeObserver(() => {
+      if (stick.current && prepended.current === null) window.scrollTo(0, document.documentElement.scrollHeight);
+    });
+    grown.observe(el);
+    return () => grown.disconnect();
+  }, [tab]);
+
+  useEffect(() => {
+    const onScroll = () => (stick.current = atBottom());
+    window.addEventListener("scroll", onScroll, { passive: true });
+    return () => window.removeEventListener("scroll", onScroll);
+  }, []);
+
+  // Before paint: an older page keeps what the reader looks at in place; anything newer
+  // scrolls into view only for a reader who was at the bottom.
+  useLayoutEffect(() => {
+    if (prepended.current !== null) {
+      window.scrollBy(0, document.documentElement.scrollHeight - prepended.current);
+      prepended.current = null;
+    } else if (stick.current && bottom.current) {
+      // the very end of the page: the sticky composer must not cover the last item
+      window.scrollTo(0, document.documentElement.scrollHeight);
+    }
+  }, [state]);
 
   const send = async (e: Event) => {
     e.preventDefault();
@@ -212,6 +302,7 @@ export function Chat(props: { threadId: string; live: Live; who: Who }) {
   };
 
   const streaming = state.steps.filter((s) => s.text || s.tools.length);
+  const results = childResults(state.items);
   const canWrite = props.who.role !== "viewer";
   return (
     <section class="chat">
@@ -234,57 +325,20 @@ export function Chat(props: { threadId: string; live: Live; who: Who }) {
       {threadTabs.map((t) => tab === t.id && <t.component threadId={props.threadId} live={props.live} who={props.who} />)}
       {tab === "chat" && (
         <>
-          <div class="messages" data-testid="messages">
-            {state.items.map((it) => {
-              if (it.kind === "user")
-                return (
-                  <div class="msg user" data-seq={it.seq} data-testid="user-message">
-                    {it.text}
-                  </div>
-                );
-              if (it.kind === "note")
-                return (
-                  <div class="msg note" data-seq={it.seq}>
-                    {it.text}
-                  </div>
-                );
-              if (it.kind === "assistant")
-                return (
-                  <div class="msg assistant" data-seq={it.seq} data-testid="assistant-message">
-                    {it.blocks.map((b) =>
-                      b.type === "text" ? (
-                        <p>{b.text}</p>
-                      ) : b.type === "tool_use" ? (
-                        <div class="tool" data-testid="tool-call">
-                          ⚙ {b.name} <code>{JSON.stringify(b.input)}</code>
-                        </div>
-                      ) : b.type === "native_tool_call" ? (
-                        <div class="tool" data-testid="native-tool-call" title="run by the provider">
-                          ⚙ {b.name} (provider) <code>{JSON.stringify(b.input)}</code>
-                        </div>
-                      ) : b.type === "native_tool_result" ? (
-                        <div class={`tool result ${b.is_error ? "bad" : ""}`} data-testid="native-tool-result">
-                          ↳ <code>{resultText(b.content).slice(0, 2000)}</code>
-                        </div>
-                      ) : null,
-                    )}
-                  </div>
-                );
-              if (it.kind === "results")
-                return (
-                  <div class="msg results" data-seq={it.seq}>
-                    {it.results.map((r) => (
-                      <div class={`tool result ${r.is_error ? "bad" : ""}`} data-testid="tool-result">
-                        ↳ {r.name ?? "tool"}: <code>{resultText(r.content).slice(0, 2000)}</code>
-                      </div>
-                    ))}
-                  </div>
-                );
-              return <Footer data={it.data} threadId={props.threadId} />;
-            })}
+          <div class="messages" ref={list} data-testid="messages" data-loaded={state.loaded ? "1" : "0"}>
+            <div ref={top} class="older" data-testid="older">
+              {state.hasOlder && (
+                <button class="link" onClick={loadOlder} data-testid="load-older">
+                  Earlier messages
+                </button>
+              )}
+            </div>
+            {state.items.map((it) =>
+              it.kind === "ended" ? <Footer data={it.data} threadId={props.threadId} /> : <ItemView item={it} results={results} />,
+            )}
             {streaming.map((s) => (
               <div class="msg assistant streaming" data-testid="streaming" data-increments={state.increments}>
-                {s.text && <p>{s.text}</p>}
+                {s.text && <Markdown text={s.text} />}
                 {s.tools.map((t) => (
                   <div class="tool">
                     ⚙ {t.name} <code>{t.input}</code>
@@ -292,7 +346,7 @@ export function Chat(props: { threadId: string; live: Live; who: Who }) {
                 ))}
               </div>
             ))}
-            {state.items.length === 0 && !streaming.length && <p class="muted">No messages yet. Say something.</p>}
+            {state.loaded && state.items.length === 0 && !streaming.length && <p class="muted">No messages yet. Say something.</p>}
             <div ref={bottom} />
           </div>
           {canWrite && (

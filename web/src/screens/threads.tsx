@@ -1,4 +1,6 @@
 // Threads: live busy state from the org room, filters, and a new thread from a setup.
+// Subagent threads are hidden unless asked for (`roots_only` on the list); shown, each says
+// which thread spawned it, with a link there.
 import { useEffect, useState } from "preact/hooks";
 import { api, explain, money, type Who } from "../api";
 import type { Live } from "../live";
@@ -11,6 +13,7 @@ interface Thread {
   title: string;
   created_at: string;
   last_seq: number;
+  parent_id: string | null;
 }
 interface Setup {
   id: string;
@@ -28,6 +31,8 @@ export function Threads(props: { live: Live; who: Who }) {
   const [setupFilter, setSetupFilter] = useState("");
   const [text, setText] = useState("");
   const [busyOnly, setBusyOnly] = useState(false);
+  const [children, setChildren] = useState(false);
+  const [parents, setParents] = useState<Record<string, string>>({});
   const [error, setError] = useState("");
   const [newSetup, setNewSetup] = useState("");
   const [newTitle, setNewTitle] = useState("");
@@ -36,6 +41,7 @@ export function Threads(props: { live: Live; who: Who }) {
     try {
       const q = new URLSearchParams({ limit: "50" });
       if (setupFilter) q.set("setup_id", setupFilter);
+      if (!children) q.set("roots_only", "true");
       if (more && cursor) q.set("cursor", cursor);
       const page = await api<{ data: Thread[]; next_cursor: string | null }>("GET", `/v1/threads?${q}`);
       setThreads((old) => (more ? [...old, ...page.data] : page.data));
@@ -50,7 +56,18 @@ export function Threads(props: { live: Live; who: Who }) {
 
   useEffect(() => {
     load();
-  }, [setupFilter]);
+  }, [setupFilter, children]);
+  // The title of each shown child's parent: from the list when it is there, else read once.
+  useEffect(() => {
+    const known = new Map(threads.map((t) => [t.id, t.title]));
+    const missing = [...new Set(threads.map((t) => t.parent_id).filter((p): p is string => !!p && !known.has(p) && !(p in parents)))];
+    for (const id of missing)
+      api<Thread>("GET", `/v1/threads/${id}`)
+        .then((t) => setParents((m) => ({ ...m, [id]: t.title })))
+        .catch(() => setParents((m) => ({ ...m, [id]: "" })));
+  }, [threads]);
+  const parentTitle = (id: string) =>
+    threads.find((t) => t.id === id)?.title ?? parents[id] ?? "";
   useEffect(() => {
     api<{ data: Setup[] }>("GET", "/v1/setups")
       .then((r) => {
@@ -127,6 +144,15 @@ export function Threads(props: { live: Live; who: Who }) {
           <input type="checkbox" checked={busyOnly} onChange={(e) => setBusyOnly((e.target as HTMLInputElement).checked)} />
           busy only
         </label>
+        <label class="inline">
+          <input
+            type="checkbox"
+            name="children"
+            checked={children}
+            onChange={(e) => setChildren((e.target as HTMLInputElement).checked)}
+          />
+          show subagent threads
+        </label>
       </div>
       <ul class="list" data-testid="threads">
         {shown.map((t) => (
@@ -135,6 +161,31 @@ export function Threads(props: { live: Live; who: Who }) {
               <span class={`dot ${busy[t.id] ? "busy" : ""}`} data-testid="busy" data-busy={busy[t.id] ? "1" : "0"} />
               <span class="title">{t.title || "Untitled"}</span>
               <span class="muted small">{setupName(t.setup_id)}</span>
+              {t.parent_id && (
+                <span class="muted small" data-testid="parent" data-parent={t.parent_id}>
+                  subagent of{" "}
+                  <span
+                    class="parent"
+                    role="link"
+                    tabIndex={0}
+                    data-testid="parent-link"
+                    onClick={(e) => {
+                      // inside the row's own link: open the parent instead
+                      e.preventDefault();
+                      e.stopPropagation();
+                      navigate(`/threads/${t.parent_id}`);
+                    }}
+                    onKeyDown={(e) => {
+                      if (e.key !== "Enter") return;
+                      e.preventDefault();
+                      e.stopPropagation();
+                      navigate(`/threads/${t.parent_id}`);
+                    }}
+                  >
+                    {parentTitle(t.parent_id) || `thread ${t.parent_id.slice(0, 8)}`}
+                  </span>
+                </span>
+              )}
               {last[t.id] && (
                 <span class="muted small">
                   last turn {last[t.id].status} · {money(last[t.id].cost_usd)}
