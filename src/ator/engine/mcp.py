@@ -5,7 +5,8 @@ store.mcp_servers, store.secrets, mcp.*, tools.base, net, errors).
 that `read_tool_result` pages through, and the catalog a turn reads (the org's enabled
 servers with their secret references resolved). `McpMethods` is mixed into `Ator`: CRUD
 and `test_mcp_server` with the checks a tenant's input needs — http only (stdio servers
-come from the operator's settings), a URL the egress guard may reach, headers as secret
+come from the operator's settings), a URL the egress guard may reach and carrying no
+credential (no userinfo, no `?api_key=`: 422 `secret_in_config`), headers as secret
 references only.
 """
 
@@ -29,6 +30,8 @@ from ator.mcp.pool import McpPool
 from ator.mcp.toolset import McpToolset, MountedServer
 from ator.net.egress import Egress
 from ator.security.crypto import MasterKey
+from ator.security.limits import refuse
+from ator.security.redact import url_credential
 from ator.settings import Settings
 from ator.store import mcp_servers as server_store
 from ator.store import secrets as secret_store
@@ -263,6 +266,12 @@ class McpMethods:
             raise ValidationFailed("url: required for an http MCP server",
                                    code="invalid_mcp_server",
                                    errors=[{"loc": ["url"], "msg": "required", "type": "missing"}])
+        if (what := url_credential(parsed.url)) is not None:
+            # The setups' rule (providers.config): a credential never sits in a URL, where
+            # every viewer's GET and the HTTP client's log would show it.
+            raise refuse(("url",), f"this URL carries a credential in {what}; put credentials "
+                         "in headers as secret references (\"token\": \"secret:NAME\", or "
+                         "\"headers\": {\"X-Api-Key\": \"secret:NAME\"})", "secret_in_config")
         self.mcp.egress.guard.check_url(parsed.url)  # EgressBlocked for a private literal
         out = parsed.model_dump(exclude={"token"})
         if parsed.token is not None:
