@@ -214,3 +214,24 @@ async def test_the_console_is_served_with_cache_headers_and_a_fallback(
                 assert (await client.get("/ui/assets/gone.js")).status_code == 404
                 r = await client.get("/ui/..%2Fsecret.txt")
                 assert r.status_code == 404 and "TOPSECRET" not in r.text
+
+
+@pytest.mark.parametrize("path", [
+    "/ui/index.html%00.js", "/ui/%00", "/ui/assets/%00index-abc.js", "/ui/a%01b.js",
+    "/ui/%ff%fe.js", "/ui/%ed%a0%80.js", "/ui/" + "a" * 300 + ".js",
+    "/ui/" + "a/" * 600 + "x.js",
+])
+async def test_a_console_path_with_a_nul_or_bad_bytes_is_a_404_problem(
+    make_ator: Any, tmp_path: Path, path: str,
+) -> None:
+    """Issue 17 S7: NUL made the path check raise (500); no file has such a name."""
+    (tmp_path / "index.html").write_text("<!doctype html><div id=app></div>")
+    async with make_ator() as runtime:
+        application = create_app(runtime.settings.model_copy(update={"web_dir": tmp_path}),
+                                 runtime=runtime)
+        application.state.ator = runtime
+        async with _client(application) as client:
+            r = await client.get(path)
+    assert r.status_code == 404, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json()["code"] == "not_found"
