@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from ator import Ator, Scope
 from ator.api.app import create_app
-from ator.security.sessions import hash_session
+from ator.security.sessions import csrf_token, hash_session, session_cookie_name
 from tests.realtime_util import member_key, serve
 
 
@@ -66,6 +66,48 @@ async def test_login_sets_an_httponly_strict_cookie_and_returns_no_secret_but_cs
     async with _client(application, "https://ator") as client:
         r = await client.post("/v1/sessions", json={"key": key})
         assert "secure" in r.headers["set-cookie"].lower()
+
+
+async def test_over_https_the_cookie_is_host_prefixed_and_only_it_is_read(app: Any) -> None:
+    """Issue 17 S8: `__Host-` makes the browser keep the cookie only if Secure, Path=/ and
+    without Domain, so a sibling subdomain cannot plant one; on plain http (localhost) the
+    plain name stays, since a Secure cookie would never come back."""
+    application, _, key = app
+    async with _client(application, "https://ator") as client:
+        r = await client.post("/v1/sessions", json={"key": key})
+        assert r.status_code == 201
+        cookie = r.headers["set-cookie"]
+        assert cookie.startswith("__Host-ator_session=ators_"), cookie
+        attributes = [a.strip().lower() for a in cookie.split(";")[1:]]
+        assert "secure" in attributes and "path=/" in attributes and "httponly" in attributes
+        assert not any(a.startswith("domain") for a in attributes)
+        token = client.cookies["__Host-ator_session"]
+        assert (await client.get("/v1/sessions/current")).status_code == 200
+        # The same session under the plain name is not read over https ...
+        client.cookies.clear()
+        client.cookies.set("ator_session", token)
+        assert (await client.get("/v1/sessions/current")).status_code == 401
+    # ... nor the prefixed name over http.
+    async with _client(application) as plain:
+        plain.cookies.set("__Host-ator_session", token)
+        assert (await plain.get("/v1/sessions/current")).status_code == 401
+        plain.cookies.clear()
+        plain.cookies.set("ator_session", token)
+        assert (await plain.get("/v1/sessions/current")).status_code == 200
+
+
+@pytest.mark.parametrize("base", ["http://ator", "https://ator"])
+async def test_an_api_key_is_not_a_session_cookie(app: Any, base: str) -> None:
+    """Issue 17 S8: only a session may be the cookie's value. A key there (planted, or left
+    by a script) authenticates nothing, for reads and for CSRF-tokened writes."""
+    application, _, key = app
+    async with _client(application, base) as client:
+        client.cookies.set(session_cookie_name(base.startswith("https")), key)
+        r = await client.get("/v1/sessions/current")
+        assert r.status_code == 401 and r.json()["code"] == "unauthenticated"
+        r = await client.post("/v1/setups", headers={"X-CSRF-Token": csrf_token(key)}, json={
+            "name": "s", "provider": "scripted", "model": "scripted"})
+        assert r.status_code == 401
 
 
 async def test_cookie_writes_need_the_csrf_token(app: Any) -> None:
@@ -183,6 +225,10 @@ async def test_a_socket_rides_the_cookie_only_with_its_csrf_token_and_origin(
             refused = await connect({"csrf": "f" * 64})
             assert refused and refused[0]["data"]["code"] == "csrf_failed", refused
             assert await connect({"csrf": csrf}, origin="https://evil.example") is not None
+            # An API key in the cookie (with the CSRF token derived from it) is no session.
+            cookie = f"ator_session={key}"
+            refused = await connect({"csrf": csrf_token(key)})
+            assert refused and refused[0]["data"]["code"] == "unauthenticated", refused
     finally:
         await application.state.gateway.close()
 

@@ -3,7 +3,8 @@ security.sessions).
 
 `POST /v1/sessions {"key"}` answers 201 with who the key is and the session's CSRF token,
 and sets the session in a cookie: HttpOnly (no script reads it), SameSite=Strict, Path=/,
-Secure when the request came over https, expiring with the session. Nothing secret goes to
+expiring with the session; over https it is `__Host-ator_session` and Secure, over plain http
+(localhost) `ator_session` (security.sessions). Nothing secret goes to
 the page but the CSRF token, which the console keeps in memory and re-reads from
 `GET /v1/sessions/current` after a reload. `DELETE /v1/sessions/current` logs out (the row
 is revoked, the cookie cleared). Login attempts are rate limited per client address.
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ator.api.auth import Unauthenticated, credential, get_ator, require
 from ator.engine.runtime import Ator
 from ator.errors import RateLimited
-from ator.security.sessions import SESSION_COOKIE, csrf_token, is_session_token
+from ator.security.sessions import csrf_token, is_session_token, session_cookie_name
 from ator.store.records import Principal
 
 __all__ = ["router"]
@@ -52,9 +53,10 @@ async def login(body: LoginIn, request: Request, response: Response,
         raise Unauthenticated("that API key is not valid or was revoked: check it, or ask "
                               "an admin of your org for a new one")
     token, principal, expires = opened
-    response.set_cookie(SESSION_COOKIE, token, max_age=int(ator.settings.session_ttl),
-                        path="/", httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
+    https = request.url.scheme == "https"
+    response.set_cookie(session_cookie_name(https), token,
+                        max_age=int(ator.settings.session_ttl), path="/", httponly=True,
+                        samesite="strict", secure=https)
     return {**_who(principal), "csrf_token": csrf_token(token),
             "expires_at": expires.isoformat()}
 
@@ -75,6 +77,7 @@ async def logout(request: Request, p: Principal = Depends(require("viewer")),
     if token and is_session_token(token):
         await ator.access.close_session(token)
     response = Response(status_code=204)
-    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
-                           secure=request.url.scheme == "https")
+    https = request.url.scheme == "https"
+    response.delete_cookie(session_cookie_name(https), path="/", httponly=True,
+                           samesite="strict", secure=https)
     return response
