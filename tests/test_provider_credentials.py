@@ -160,3 +160,24 @@ async def test_no_piece_of_the_sent_credential_survives(
     message = info.value.message
     assert "hunter2h" not in message and ORG_SECRET[-8:] not in message, message
     assert message.startswith(f"{fake_cls.__name__[:-8].lower()}: 403 ")
+
+
+async def test_user_info_in_the_operators_endpoint_is_a_credential_sent_too() -> None:
+    """Found from outside: ATOR_OPENAI_BASE_URL=http://user:pass@proxy/v1 makes the HTTP
+    client send Basic auth, and an upstream echoing its Authorization header showed the
+    tenant that token. The user info counts among what was sent."""
+    def respond(request: RecordedRequest) -> HttpError:
+        return HttpError(403, f"bad credentials {request.headers.get('authorization')} "
+                         "for proxy-user / proxy-pass-1234", error_type="permission_error")
+
+    async with OpenAIWireFake(responder=respond, strict=False) as fake:
+        url = f"http://proxy-user:proxy-pass-1234@127.0.0.1:{fake.port}/v1"
+        async with OpenAIProvider(api_key="k", base_url=url) as provider:
+            with pytest.raises(ProviderError) as info:
+                async for _ in provider.stream(REQUEST):
+                    pass
+    sent = fake.requests[0].headers["authorization"]
+    assert sent.startswith("Basic "), sent  # what the SDK's client really sent
+    message = info.value.message
+    for piece in (sent[6:], "proxy-pass-1234", "proxy-user"):
+        assert piece not in message, message

@@ -47,6 +47,7 @@ from ator.providers.upstream import (
     error_fields,
     log_raw,
     ours,
+    sent_credentials,
 )
 
 __all__ = ["DEFAULT_BASE_URL", "MAX_CACHE_BREAKPOINTS", "AnthropicProvider", "build_params"]
@@ -195,7 +196,7 @@ class AnthropicProvider:
             raise ConfigError("anthropic provider needs exactly one of api_key and auth_token")
         self.name = name
         # What an upstream error may never repeat (providers.upstream): the credential sent.
-        self._sent = (api_key, auth_token)
+        self._sent = sent_credentials(base_url, api_key, auth_token)
         self._owns_http_client = http_client is None
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,

@@ -48,6 +48,7 @@ from ator.providers.upstream import (
     error_fields,
     log_raw,
     ours,
+    sent_credentials,
 )
 
 __all__ = ["DEFAULT_BASE_URL", "NO_API_KEY", "OpenAIProvider", "build_params"]
@@ -194,7 +195,7 @@ class OpenAIProvider:
     ) -> None:
         self.name = name
         # What an upstream error may never repeat (providers.upstream): the key this sends.
-        self._sent = (api_key,)
+        self._sent = sent_credentials(base_url, api_key)
         self._max_tokens_param = max_tokens_param
         self._owns_http_client = http_client is None
         self._client = openai.AsyncOpenAI(

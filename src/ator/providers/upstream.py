@@ -17,11 +17,13 @@ shorter one, from 4 characters) becomes `[redacted]`.
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
+from urllib.parse import unquote, urlsplit
 
 from ator.errors import AtorError, ProviderError
 from ator.net.guard import egress_refusal
@@ -35,6 +37,7 @@ __all__ = [
     "log_raw",
     "sanitize",
     "scrub_sent",
+    "sent_credentials",
 ]
 
 #: The credentials a client sends (None where it sends none), for errors to leave out.
@@ -70,6 +73,19 @@ _CREDENTIALS: Final = (
     # Long unbroken runs of key-like characters mixing letters and digits (hex or base64 keys).
     re.compile(r"\b(?=[A-Za-z0-9_\-+/]*\d)(?=[A-Za-z0-9_\-+/]*[A-Za-z])[A-Za-z0-9_\-+/]{32,}={0,2}"),
 )
+
+
+def sent_credentials(base_url: str | None, *credentials: str | None) -> tuple[str, ...]:
+    """What a client built with these arguments sends as credentials: the given ones, and the
+    user info of `base_url` (an operator's endpoint may carry it: the HTTP client then sends
+    it as Basic auth), as user, password and the Basic token."""
+    found = [c for c in credentials if c]
+    parts = urlsplit(base_url) if base_url else None
+    if parts is not None and (parts.username or parts.password):
+        user, password = unquote(parts.username or ""), unquote(parts.password or "")
+        basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+        found += [user, password, basic]
+    return tuple(found)
 
 
 def scrub_sent(text: str, sent: Sent) -> str:
