@@ -94,6 +94,7 @@ CREDENTIAL_URLS = {
     "api_key query": "https://mcp.example.com/mcp?api_key=hunter2",
     "token query": "https://mcp.example.com/mcp?team=a&token=hunter2",
     "sig query": "https://mcp.example.com/mcp?sv=2024&sig=hunter2",
+    "token in the fragment": "https://mcp.example.com/mcp#access_token=hunter2",
 }
 
 

@@ -103,12 +103,14 @@ def url_credential(value: str) -> str | None:
     if _URL_SCHEME.match(value) is None:
         return None
     try:
-        query = urlsplit(value).query
+        parts = urlsplit(value)
     except ValueError:  # not a URL after all (an unbalanced IPv6 bracket)
         return None
-    for name, _ in parse_qsl(query, keep_blank_values=True):
-        if is_credential_param(name):
-            return f"the query parameter {name!r}"
+    # The fragment too: `#access_token=…` is how OAuth's implicit flow hands a token over.
+    for where, text in (("query", parts.query), ("fragment", parts.fragment)):
+        for name, _ in parse_qsl(text, keep_blank_values=True):
+            if is_credential_param(name):
+                return f"the {where} parameter {name!r}"
     return None
 
 
