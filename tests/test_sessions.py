@@ -375,3 +375,16 @@ def test_trusted_proxies_are_addresses_or_networks() -> None:
     assert given.trusted_proxies == ("10.0.0.0/8", "127.0.0.1", "::1")
     with pytest.raises(ValidationError, match="not an IP address"):
         Settings(trusted_proxies="proxy.internal")
+
+
+async def test_a_login_lock_holds_on_every_replica(pair: Any) -> None:
+    """Counters and locks live on the coordinator: failures seen by one replica lock the
+    pair on the other (Redis), as in one process (local)."""
+    first, second = pair
+    guess = f"ator_{UUID(int=0).hex[:8]}_x"
+    for _ in range(PAIR_FAILURES):
+        await LoginThrottle(first).failed("192.0.2.77", guess)
+    with pytest.raises(RateLimited) as locked:
+        await LoginThrottle(second).check("192.0.2.77", guess)
+    assert 50 <= locked.value.retry_after <= 60
+    await LoginThrottle(second).check("192.0.2.78", guess)  # another address: free

@@ -28,6 +28,7 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/sessions")
 
+
 class LoginIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: str = Field(min_length=1, max_length=200, description="An API key (ator_…)")
