@@ -12,12 +12,12 @@ A value that is a secret *reference* ("secret:NAME") is kept: it names a secret 
 revealing it. Strings that look like credentials wherever they are (`sk-…`, `Bearer …`) and
 the userinfo of URLs (`https://user:pass@host`) are redacted too.
 
-A URL carries a credential (`url_credential`) when it has userinfo or a query parameter whose
-name is a credential name (`is_credential_param`: the credential keys above, `key`, `sig`,
-`signature`, a name ending in `_key`/`_token`/`_secret`/`_password`/`_signature`, camelCase
-read as snake_case). That one rule refuses such URLs where tenants write them (a setup's
-`base_url`, an MCP server's `url`), redacts them in what is shown (`redact`) and scrubs them
-out of log lines (`scrub_urls`, used by `obs.logging`).
+A URL carries a credential (`url_credential`) when it has userinfo or a query (or fragment)
+parameter whose name is a credential name (`is_credential_param`: the credential keys above,
+`key`, `sig`, `signature`, a name ending in `_key`/`_token`/`_secret`/`_password`/
+`_signature`, camelCase read as snake_case). That one rule refuses such URLs where tenants
+write them (a setup's `base_url`, an MCP server's `url`), redacts them in what is shown
+(`redact`) and scrubs them out of log lines (`scrub_urls`, used by `obs.logging`).
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ def is_credential_param(name: str) -> bool:
 
 def url_credential(value: str) -> str | None:
     """What credential a URL-looking string carries, in words ("user info (user:password@)",
-    "the query parameter 'api_key'"), or None when it carries none (or is not a URL)."""
+    "the query parameter 'api_key'", "the fragment parameter 'access_token'"), or None when
+    it carries none (or is not a URL)."""
     if url_userinfo(value) is not None:
         return "user info (user:password@)"
     if _URL_SCHEME.match(value) is None:
