@@ -6,6 +6,7 @@ can be read back."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import httpx
@@ -46,6 +47,14 @@ SETUP_REFUSALS: dict[str, tuple[dict[str, Any], int, str, list[str] | None]] = {
                      422, "secret_in_config", ["config", "headers", "X-My-Key"]),
     "userinfo in base_url": (
         {"provider": "openai", "config": {"base_url": "https://a:b@llm.example/v1"}},
+        422, "secret_in_config", ["config", "base_url"]),
+    # Issue 17 S10: a credential in the query is one in clear, like a clear api_key.
+    "api_key in the base_url query": (
+        {"provider": "openai", "config": {"base_url": "https://llm.example/v1?api_key=k1"}},
+        422, "secret_in_config", ["config", "base_url"]),
+    "key in the base_url query": (
+        {"provider": "anthropic", "config": {"base_url": "https://llm.example/?v=1&key=AIz",
+                                             "api_key": "secret:k"}},
         422, "secret_in_config", ["config", "base_url"]),
     "Host header": ({"provider": "openai", "config": {"headers": {"Host": "x"}}},
                     422, "forbidden_header", ["config", "headers", "Host"]),
@@ -279,3 +288,26 @@ async def test_an_update_validated_against_a_stale_version_is_not_applied(api: A
                                        expected_version=setup.version, provider="anthropic")
     assert err.value.code == "setup_changed"
     assert (await setup_store.get_setup(runtime.db, scope, setup.id)).provider == "scripted"
+
+
+async def test_a_base_url_query_without_a_credential_is_kept_and_an_old_one_is_shown_redacted(
+    api: Any,
+) -> None:
+    """Issue 17 S10: only credential-named parameters are refused (Azure's `api-version`
+    stays), and a row stored before the rule shows its credential to no viewer."""
+    from ator.store.scope import Scope
+
+    client, admin = await _admin(api, "query rule")
+    azure = {"provider": "openai", "config": {
+        "base_url": "https://llm.example/openai?api-version=2024-10-21"}}
+    made = await client.post("/v1/setups", headers=admin, json={**SCRIPTED, **azure})
+    assert made.status_code == 201, made.text
+    assert made.json()["config"]["base_url"].endswith("?api-version=2024-10-21")
+    _, _, runtime = api
+    org_id = (await client.get("/v1/sessions/current", headers=admin)).json()["org_id"]
+    old = await setup_store.create_setup(
+        runtime.db, Scope(uuid.UUID(org_id)), name="old", provider="openai",
+        model="m", config={"base_url": "https://llm.example/v1?api_key=plainsecret&v=2"})
+    shown = (await client.get(f"/v1/setups/{old.id}", headers=admin)).text
+    assert "plainsecret" not in shown
+    assert "?api_key=[redacted]&v=2" in shown

@@ -88,6 +88,108 @@ async def test_a_viewer_reads_but_cannot_write(api: Any) -> None:
                                 headers=auth(viewer))).status_code == 403
 
 
+CREDENTIAL_URLS = {
+    "userinfo": "https://bob:hunter2@mcp.example.com/mcp",
+    "token as username": "https://ghp1234567890@mcp.example.com/mcp",
+    "api_key query": "https://mcp.example.com/mcp?api_key=hunter2",
+    "token query": "https://mcp.example.com/mcp?team=a&token=hunter2",
+    "sig query": "https://mcp.example.com/mcp?sv=2024&sig=hunter2",
+    "token in the fragment": "https://mcp.example.com/mcp#access_token=hunter2",
+}
+
+
+@pytest.mark.parametrize("case", list(CREDENTIAL_URLS))
+async def test_a_url_carrying_a_credential_is_refused_on_create_and_update(
+    api: Any, case: str
+) -> None:
+    """Issue 17 S3, S10: refused like a setup's (422 `secret_in_config`), pointing to headers
+    by secret reference; nothing is stored and nothing changes."""
+    client, operator, _ = api
+    a = await _org_with_admin(client, operator, f"mcp-cred-{case}")
+    url = CREDENTIAL_URLS[case]
+    made = await client.post("/v1/mcp-servers", headers=auth(a), json={"name": "x", "url": url})
+    assert made.status_code == 422, made.text
+    body = made.json()
+    assert made.headers["content-type"] == "application/problem+json"
+    assert body["code"] == "secret_in_config" and body["errors"][0]["loc"] == ["url"]
+    assert "headers" in body["detail"] and "secret:NAME" in body["detail"]
+    assert "hunter2" not in made.text
+    assert (await client.get("/v1/mcp-servers", headers=auth(a))).json()["data"] == []
+    good = (await client.post("/v1/mcp-servers", headers=auth(a), json={
+        "name": "y", "url": "https://mcp.example.com/mcp?team=a"})).json()
+    patched = await client.patch(f"/v1/mcp-servers/{good['id']}", headers=auth(a),
+                                 json={"url": url})
+    assert patched.status_code == 422 and patched.json()["code"] == "secret_in_config"
+    after = (await client.get(f"/v1/mcp-servers/{good['id']}", headers=auth(a))).json()
+    assert after == good
+
+
+async def test_a_stored_url_with_a_password_is_shown_to_no_viewer(api: Any) -> None:
+    """A row written before the rule keeps working for the server but shows no password."""
+    from ator.store import mcp_servers as server_store
+    from ator.store.scope import Scope
+
+    client, operator, runtime = api
+    a = await _org_with_admin(client, operator, "mcp-old-row")
+    org_id = (await client.get("/v1/sessions/current", headers=auth(a))).json()["org_id"]
+    await server_store.create_server(
+        runtime.db, Scope(uuid.UUID(org_id)), name="old", transport="http",
+        url="https://bob:hunter2@mcp.example.com/mcp?access_token=hunter3", headers={},
+        timeout_s=30.0, enabled=True, allow=None, deny=[])
+    viewer = (await client.post("/v1/api-keys", headers=auth(a), json={
+        "name": "v", "role": "viewer", "email": "viewer@x.example"})).json()["key"]
+    listed = await client.get("/v1/mcp-servers", headers=auth(viewer))
+    one = await client.get(f"/v1/mcp-servers/{listed.json()['data'][0]['id']}",
+                           headers=auth(viewer))
+    for text in (listed.text, one.text):
+        assert "hunter2" not in text and "hunter3" not in text
+    assert one.json()["url"] == \
+        "https://[redacted]@mcp.example.com/mcp?access_token=[redacted]"
+
+
+UNKNOWN_KEYS = {
+    "POST scope": ("post", {"name": "x", "url": "https://mcp.example.com/mcp", "scope": "x"}),
+    "POST self": ("post", {"name": "x", "url": "https://mcp.example.com/mcp", "self": 1}),
+    "POST catalog": ("post", {"name": "x", "url": "https://mcp.example.com/mcp",
+                              "catalog": []}),
+    "PATCH server_id": ("patch", {"server_id": str(uuid.uuid4())}),
+    "PATCH scope": ("patch", {"scope": "x"}),
+    "PATCH changes": ("patch", {"changes": {}}),
+    "POST a list": ("post", ["name"]),
+}
+
+
+@pytest.mark.parametrize("case", list(UNKNOWN_KEYS))
+async def test_an_unknown_body_key_is_a_422_problem_never_a_500(api: Any, case: str) -> None:
+    """Issue 17 S6: the bodies are typed (extra keys forbidden), so a key that would have
+    collided with a parameter of the runtime's method is refused with a stable code."""
+    client, operator, _ = api
+    a = await _org_with_admin(client, operator, f"mcp-keys-{case}")
+    method, body = UNKNOWN_KEYS[case]
+    if method == "post":
+        r = await client.post("/v1/mcp-servers", headers=auth(a), json=body)
+    else:
+        sid = (await client.post("/v1/mcp-servers", headers=auth(a), json={
+            "name": "docs", "url": "https://mcp.example.com/mcp"})).json()["id"]
+        r = await client.patch(f"/v1/mcp-servers/{sid}", headers=auth(a), json=body)
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json()["code"] == "validation_failed"
+
+
+async def test_the_mcp_bodies_are_typed_in_openapi(api: Any) -> None:
+    client, _, _ = api
+    spec = (await client.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+    for path, method, name in (("/v1/mcp-servers", "post", "McpServerBody"),
+                               ("/v1/mcp-servers/{server_id}", "patch", "McpServerPatch")):
+        ref = spec["paths"][path][method]["requestBody"]["content"]["application/json"]
+        assert ref["schema"]["$ref"].endswith(f"/{name}")
+        assert schemas[name]["additionalProperties"] is False
+        assert {"name", "url", "headers", "token", "allow", "deny"} <= set(
+            schemas[name]["properties"])
+
+
 async def test_an_admin_registers_tests_and_a_turn_calls_the_tool(api: Any) -> None:
     client, operator, runtime = api
     a = await _org_with_admin(client, operator, "mcp-e2e")

@@ -10,6 +10,7 @@ Structured settings are typed objects parsed from JSON in their variable, e.g.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -162,6 +163,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     rate_limit_per_minute: int = 600  # per (org, user), global across replicas
+    # Proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (comma-separated IPs and
+    # CIDRs, or "*" when nothing but the proxy can reach ator). Empty: those headers are
+    # ignored and the client is the connection's peer (api.proxies).
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()
     # Request bodies larger than this are refused (413) before routing, parsing and auth.
     # The largest legitimate request is a 100,000-character message (up to ~600 kB as JSON).
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
@@ -261,3 +266,19 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxy_networks(cls, value: Any) -> Any:
+        parts = [p.strip() for p in value.split(",")] if isinstance(value, str) else value
+        if not isinstance(parts, list | tuple):
+            return value
+        out = tuple(p for p in parts if isinstance(p, str) and p)
+        for part in out:
+            if part != "*":
+                try:
+                    ipaddress.ip_network(part, strict=False)
+                except ValueError:
+                    raise ValueError(f"{part!r} is not an IP address or CIDR network (or '*')"
+                                     ) from None
+        return out

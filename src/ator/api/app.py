@@ -4,6 +4,8 @@
 coordinator, engine, reaper). All routes are under /v1 except health, metrics and the web
 console (/ui, api.console). The body
 limit (api.limits.BodyLimit) wraps everything: it runs before routing, parsing and auth.
+`X-Forwarded-For` and `X-Forwarded-Proto` are read only from the peers in
+ATOR_TRUSTED_PROXIES (uvicorn's proxy-headers middleware, outermost); with none, never.
 """
 
 from __future__ import annotations
@@ -76,6 +78,14 @@ def create_app(
     app.state.gateway = gateway
     app.add_middleware(SocketRoute, gateway=gateway)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if settings.trusted_proxies:
+        # Outermost, so every route and the socket gateway see the client the operator's
+        # proxies name. Only their X-Forwarded-* count; uvicorn's own reading of them is
+        # off (cli.server), so no server running this app trusts anyone by default.
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+        app.add_middleware(ProxyHeadersMiddleware,
+                           trusted_hosts=list(settings.trusted_proxies))
     install_problem_handlers(app)
     for module in (ops, orgs, sessions, setups, threads, stream, mcp_servers, prompts, catalog):
         app.include_router(module.router)

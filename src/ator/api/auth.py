@@ -2,7 +2,8 @@
 
 Every /v1 route depends on `require(role)`: the one place roles are enforced. A key is read
 from `Authorization: Bearer <key>` (or `X-API-Key`); with neither, the console's session
-cookie is used instead, and a write (any method but GET/HEAD/OPTIONS) authenticated by the
+cookie is used instead (`__Host-ator_session` over https, `ator_session` over http; a session
+token only, never an API key), and a write (any method but GET/HEAD/OPTIONS) authenticated by the
 cookie must carry the session's CSRF token in `X-CSRF-Token` (403 `csrf_failed`): the cookie
 is SameSite=Strict as well, so a page on another site gets neither. The credential's
 principal is looked up by hash
@@ -24,7 +25,7 @@ from ator.context import org_id_var, request_id_var
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.errors import AtorError, Forbidden, RateLimited
-from ator.security.sessions import CSRF_HEADER, SESSION_COOKIE, csrf_valid
+from ator.security.sessions import CSRF_HEADER, csrf_valid, session_from_cookies
 from ator.store.records import Principal
 
 __all__ = ["ROLE_RANK", "credential", "get_ator", "require"]
@@ -64,7 +65,7 @@ def credential(request: Request) -> str | None:
     key = _key_from(request)
     if key:
         return key
-    token = request.cookies.get(SESSION_COOKIE)
+    token = session_from_cookies(request.cookies, https=request.url.scheme == "https")
     if not token:
         return None
     if request.method not in _SAFE_METHODS and not csrf_valid(

@@ -4,7 +4,8 @@ The console is built from `web/` (npm) into `ator/web/dist/` by `make install`, 
 the wheel; it is not in git. `/` redirects to `/ui/`. Files under `/ui/assets/` carry a
 content hash in their names and are cached for a year; everything else (index.html) is
 revalidated each time. A path that is not a file is the single-page app's own route:
-index.html answers it. With no build, /ui says how to make one (503), never a 500.
+index.html answers it. A path holding NUL or another unprintable character is a 404 problem.
+With no build, /ui says how to make one (503), never a 500.
 """
 
 from __future__ import annotations
@@ -57,9 +58,13 @@ def mount_console(app: FastAPI, dist: Path | None = None) -> None:
         if not index.is_file():
             return HTMLResponse(_NOT_BUILT.format(dist=root), status_code=503,
                                 headers={"Cache-Control": "no-store"})
+        if path and not _plain_path(path):
+            # NUL, control characters and undecodable bytes name no file (and NUL would
+            # make resolve() raise): the answer is a 404 like any other missing file.
+            return problem(404, "not_found", "no such console file")
         if path:
             target = (root / path).resolve()
-            if target.is_relative_to(root) and target.is_file():
+            if target.is_relative_to(root) and _is_file(target):
                 cache = _IMMUTABLE if path.startswith("assets/") else _REVALIDATE
                 return FileResponse(target, headers={"Cache-Control": cache, **_HEADERS})
             if path.startswith("assets/") or "." in path.rsplit("/", 1)[-1]:
@@ -67,3 +72,16 @@ def mount_console(app: FastAPI, dist: Path | None = None) -> None:
         return FileResponse(index, headers={"Cache-Control": _REVALIDATE, **_HEADERS})
 
     app.include_router(router)
+
+
+def _is_file(target: Path) -> bool:
+    try:
+        return target.is_file()
+    except OSError:  # a name too long for the file system, and the like: no such file
+        return False
+
+
+def _plain_path(path: str) -> bool:
+    """A path a console file could have: printable, no surrogate escapes, not absurdly long."""
+    return len(path) <= 1024 and path.isprintable() and not any(
+        0xD800 <= ord(ch) <= 0xDFFF for ch in path)

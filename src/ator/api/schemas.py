@@ -19,6 +19,8 @@ from ator.security.limits import CLIENT_MESSAGE_ID, MESSAGE_CHARS, check_storabl
 
 __all__ = [
     "KeyIn",
+    "McpServerBody",
+    "McpServerPatch",
     "MessageIn",
     "OrgIn",
     "OrgPatch",
@@ -148,3 +150,44 @@ class InstructionsIn(_Body):
 
     text: str = Field(max_length=50_000)
     if_version: int | None = Field(default=None, ge=0, le=2**31 - 1)
+
+
+_MCP_HEADERS = ('Header name -> secret reference: "secret:NAME", "Bearer secret:NAME" or '
+                '"Basic secret:NAME"; at most 20. Never a credential in clear.')
+_MCP_URL = ("The server's http(s) URL: reachable by the egress guard, with no user info and no "
+            "credential in its query (put those in headers by secret reference).")
+
+
+class McpServerBody(_Body):
+    """An MCP server as `POST /v1/mcp-servers` takes it. The types are checked here; the rule
+    (names, URL, header references, bounds) by the runtime (`engine.mcp.McpServerIn`), which
+    answers 422 `invalid_mcp_server`, `secret_in_config` or `mcp_transport_unsupported`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str = Field(description="Letters, digits, '_' and '-', at most 32; no '__'.")
+    transport: str = Field(default="http", description="'http' (tenants); 'stdio' is "
+                           "the operator's (ATOR_MCP_STDIO_SERVERS).")
+    url: str | None = Field(default=None, description=_MCP_URL)
+    headers: dict[str, str] = Field(default_factory=dict, description=_MCP_HEADERS)
+    token: str | None = Field(default=None, description='"secret:NAME": sent as '
+                              "Authorization: Bearer.")
+    timeout_s: float = Field(default=30.0, description="Per call, seconds (0, 600].")
+    enabled: bool = True
+    allow: list[str] | None = Field(default=None, description="Tool name globs mounted; "
+                                    "null: every tool.")
+    deny: list[str] = Field(default_factory=list, description="Tool name globs never mounted.")
+
+
+class McpServerPatch(_Body):
+    """Only the fields present change (checked as `McpServerBody` once merged)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str | None = None
+    transport: str | None = None
+    url: str | None = Field(default=None, description=_MCP_URL)
+    headers: dict[str, str] | None = Field(default=None, description=_MCP_HEADERS)
+    token: str | None = None
+    timeout_s: float | None = None
+    enabled: bool | None = None
+    allow: list[str] | None = None
+    deny: list[str] | None = None

@@ -3,15 +3,16 @@ security.sessions).
 
 `POST /v1/sessions {"key"}` answers 201 with who the key is and the session's CSRF token,
 and sets the session in a cookie: HttpOnly (no script reads it), SameSite=Strict, Path=/,
-Secure when the request came over https, expiring with the session. Nothing secret goes to
+expiring with the session; over https it is `__Host-ator_session` and Secure, over plain http
+(localhost) `ator_session` (security.sessions). Nothing secret goes to
 the page but the CSRF token, which the console keeps in memory and re-reads from
 `GET /v1/sessions/current` after a reload. `DELETE /v1/sessions/current` logs out (the row
-is revoked, the cookie cleared). Login attempts are rate limited per client address.
+is revoked, the cookie cleared). Failed logins are throttled per (client address, key
+prefix), never locking out a valid key used elsewhere or another key (engine.logins).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -19,16 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ator.api.auth import Unauthenticated, credential, get_ator, require
 from ator.engine.access import Access
+from ator.engine.logins import LoginThrottle
 from ator.engine.runtime import Ator
-from ator.errors import RateLimited
-from ator.security.sessions import SESSION_COOKIE, csrf_token, is_session_token
+from ator.security.sessions import csrf_token, is_session_token, session_cookie_name
 from ator.store.records import Principal
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/sessions")
-
-_LOGINS_PER_MINUTE = 30
 
 
 class LoginIn(BaseModel):
@@ -44,18 +43,21 @@ def _who(p: Principal) -> dict[str, Any]:
 @router.post("", status_code=201)
 async def login(body: LoginIn, request: Request, response: Response,
                 ator: Ator = Depends(get_ator)) -> dict[str, Any]:
+    # The peer, or the client a trusted proxy names (ATOR_TRUSTED_PROXIES, api.app).
     client = request.client.host if request.client else "unknown"
-    if await ator.coord.hit(f"login:{client}", 60.0) > _LOGINS_PER_MINUTE:
-        raise RateLimited("too many login attempts from this address; wait a minute",
-                          retry_after=60.0 - (time.time() % 60.0))
-    opened = await ator.service(Access).open_session(body.key.strip())
+    key = body.key.strip()
+    throttle = LoginThrottle(ator.coord)
+    await throttle.check(client, key)
+    opened = await ator.service(Access).open_session(key)
     if opened is None:
+        await throttle.failed(client, key)
         raise Unauthenticated("that API key is not valid or was revoked: check it, or ask "
                               "an admin of your org for a new one")
     token, principal, expires = opened
-    response.set_cookie(SESSION_COOKIE, token, max_age=int(ator.settings.session_ttl),
-                        path="/", httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
+    https = request.url.scheme == "https"
+    response.set_cookie(session_cookie_name(https), token,
+                        max_age=int(ator.settings.session_ttl), path="/", httponly=True,
+                        samesite="strict", secure=https)
     return {**_who(principal), "csrf_token": csrf_token(token),
             "expires_at": expires.isoformat()}
 
@@ -76,6 +78,7 @@ async def logout(request: Request, p: Principal = Depends(require("viewer")),
     if token and is_session_token(token):
         await ator.service(Access).close_session(token)
     response = Response(status_code=204)
-    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
-                           secure=request.url.scheme == "https")
+    https = request.url.scheme == "https"
+    response.delete_cookie(session_cookie_name(https), path="/", httponly=True,
+                           samesite="strict", secure=https)
     return response

@@ -83,6 +83,9 @@ def run_server(settings: Settings, *, host: str, port: int, workers: str | int) 
         # work that would fail with EMFILE.
         "limit_concurrency": budget.max_connections,
         "backlog": 4096,
+        # uvicorn would believe X-Forwarded-For from 127.0.0.1 by default; the app reads
+        # those headers itself, from ATOR_TRUSTED_PROXIES only (api.app).
+        "proxy_headers": False,
     }
     if count == 1:
         from ator.api.app import create_app

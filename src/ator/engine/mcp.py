@@ -6,8 +6,9 @@ errors).
 that `read_tool_result` pages through (tools/results.py; the registry decides the pages),
 and the catalog a turn reads (the org's enabled servers with their secret references
 resolved). `McpServers` is the org resource's service: CRUD and `test_mcp_server` with the
-checks a tenant's input needs — http only (stdio servers
-come from the operator's settings), a URL the egress guard may reach, headers as secret
+checks a tenant's input needs — http only (stdio servers come from the operator's settings),
+a URL the egress guard may reach and carrying no credential (no userinfo, no `?api_key=`:
+422 `secret_in_config`), headers as secret
 references only.
 """
 
@@ -30,7 +31,8 @@ from ator.mcp.pool import McpPool
 from ator.mcp.toolset import McpToolset, MountedServer
 from ator.net.egress import Egress
 from ator.security.crypto import MasterKey
-from ator.security.limits import check_storable
+from ator.security.limits import check_storable, refuse
+from ator.security.redact import url_credential
 from ator.settings import Settings
 from ator.store import mcp_servers as server_store
 from ator.store import secrets as secret_store
@@ -230,6 +232,12 @@ class McpServers:
             raise ValidationFailed("url: required for an http MCP server",
                                    code="invalid_mcp_server",
                                    errors=[{"loc": ["url"], "msg": "required", "type": "missing"}])
+        if (what := url_credential(parsed.url)) is not None:
+            # The setups' rule (providers.config): a credential never sits in a URL, where
+            # every viewer's GET and the HTTP client's log would show it.
+            raise refuse(("url",), f"this URL carries a credential in {what}; put credentials "
+                         "in headers as secret references (\"token\": \"secret:NAME\", or "
+                         "\"headers\": {\"X-Api-Key\": \"secret:NAME\"})", "secret_in_config")
         try:  # a private literal or a loopback name is refused now, not at the first call
             self.mcp.egress.guard.check_url(parsed.url)
         except EgressBlocked as exc:

@@ -41,7 +41,15 @@ from ator.providers.base import (
 )
 from ator.providers.breakpoints import plan_breakpoints
 from ator.providers.retry import retry_after
-from ator.providers.upstream import connection_error, describe, error_fields, log_raw, ours
+from ator.providers.upstream import (
+    Sent,
+    connection_error,
+    describe,
+    error_fields,
+    log_raw,
+    ours,
+    sent_credentials,
+)
 
 __all__ = ["DEFAULT_BASE_URL", "MAX_CACHE_BREAKPOINTS", "AnthropicProvider", "build_params"]
 
@@ -188,6 +196,8 @@ class AnthropicProvider:
         if (api_key is None) == (auth_token is None):
             raise ConfigError("anthropic provider needs exactly one of api_key and auth_token")
         self.name = name
+        # What an upstream error may never repeat (providers.upstream): the credential sent.
+        self._sent = sent_credentials(base_url, api_key, auth_token)
         self._owns_http_client = http_client is None
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
@@ -234,7 +244,7 @@ class AnthropicProvider:
                 stream=True,
             )
         except (anthropic.AnthropicError, httpx2.HTTPError, AtorError) as exc:
-            raise _map_error(exc) from exc
+            raise _map_error(exc, self._sent) from exc
 
         # The raw server-sent events, not the SDK's parsed ones: the SDK drops `ping`, and a
         # ping is exactly what must reach the loop's stall watchdog. Parsing a dict per event
@@ -250,9 +260,9 @@ class AnthropicProvider:
                 except (
                     anthropic.AnthropicError, httpx2.HTTPError, httpx2.StreamError, AtorError
                 ) as exc:
-                    raise _map_error(exc) from exc
+                    raise _map_error(exc, self._sent) from exc
                 if sse.event == "error":
-                    raise _stream_error(sse.data, sdk_stream.response.status_code)
+                    raise _stream_error(sse.data, sdk_stream.response.status_code, self._sent)
                 if sse.event == "ping" or not sse.data:
                     yield KEEPALIVE
                     continue
@@ -414,18 +424,17 @@ def _stop_reason(reason: str | None) -> str:
 # --------------------------------------------------------------------------- error mapping
 
 
-def _map_error(exc: Exception) -> AtorError:
+def _map_error(exc: Exception, sent: Sent) -> AtorError:
     """The one mapping of SDK and transport exceptions. Messages name the failure, never
     repeat an upstream body (see providers/upstream.py); details go to the debug log."""
     if (own := ours("anthropic", exc)) is not None:
         return own
     if isinstance(exc, anthropic.APIStatusError):
-        log_raw("anthropic", exc.status_code, exc.body)
+        log_raw("anthropic", exc.status_code, exc.body, sent=sent)
         error_type, detail = error_fields(exc.body)
-        return _classify(
-            exc.status_code, error_type, _error_code(exc.body), detail, exc.response.headers
-        )
-    log_raw("anthropic", None, repr(exc))
+        return _classify(exc.status_code, error_type, _error_code(exc.body), detail,
+                         exc.response.headers, sent)
+    log_raw("anthropic", None, repr(exc), sent=sent)
     if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
         return ProviderError("anthropic: timed out", kind="timeout", retryable=True)
     if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
@@ -437,15 +446,15 @@ def _map_error(exc: Exception) -> AtorError:
     return ProviderError(f"anthropic: {type(exc).__name__}", kind="unknown")
 
 
-def _stream_error(raw: str, status: int) -> ProviderError:
+def _stream_error(raw: str, status: int, sent: Sent) -> ProviderError:
     """An `event: error` inside a 200 stream."""
-    log_raw("anthropic", status, raw)
+    log_raw("anthropic", status, raw, sent=sent)
     try:
         body = json.loads(raw)
     except json.JSONDecodeError:
         body = None
     error_type, detail = error_fields(body)
-    return _classify(status, error_type, _error_code(body), detail, httpx2.Headers())
+    return _classify(status, error_type, _error_code(body), detail, httpx2.Headers(), sent)
 
 
 def _error_code(body: Any) -> str | None:
@@ -461,8 +470,9 @@ def _classify(
     error_code: str | None,
     detail: str | None,
     headers: httpx2.Headers,
+    sent: Sent,
 ) -> ProviderError:
-    message = describe("anthropic", status, error_type, detail)
+    message = describe("anthropic", status, error_type, detail, sent=sent)
     # An `event: error` inside a 200 stream has only the body's error type to go by.
     in_stream = status < 400
 

@@ -8,7 +8,9 @@ the first failure is a typed error naming the field path:
    `too_large` / `too_deep` / `too_many_items` / `unstorable_value`;
 2. no clear credential (`find_clear_credential`): a credential key (the exact rule of
    `security.redact`) holds a "secret:NAME" reference or nothing, never a string, object or
-   number; no credential-bearing header names; no userinfo in URLs -> 422 `secret_in_config`;
+   number; no credential-bearing header names; no userinfo or credential-named query
+   parameter (`?api_key=`, `?key=`, `?sig=` …: `security.redact.url_credential`) in URLs
+   -> 422 `secret_in_config`;
 3. the provider's typed model (extra keys refused, types strict) -> 422 `invalid_config`;
 4. the operator's policy (`ConfigPolicy`), as the model's `check_policy` applies it: tenant
    endpoints allowed at all (else 403 `tenant_endpoints_disabled`), `timeout` under the
@@ -44,7 +46,7 @@ from pydantic import (
 
 from ator.errors import Forbidden, ValidationFailed
 from ator.security.limits import SETUP_CONFIG, Loc, check_json, refuse
-from ator.security.redact import is_secret_key, url_userinfo
+from ator.security.redact import is_secret_key, url_credential
 from ator.settings import Settings
 
 __all__ = [
@@ -303,8 +305,9 @@ def find_clear_credential(value: Any, loc: Loc) -> None:
     elif isinstance(value, list):
         for i, child in enumerate(value):
             find_clear_credential(child, (*path, i))
-    elif isinstance(value, str) and url_userinfo(value) is not None:
-        raise refuse(path, "a URL with user info (user:password@) carries a credential",
+    elif isinstance(value, str) and (what := url_credential(value)) is not None:
+        raise refuse(path, f"this URL carries a credential in {what}; store it with PUT "
+                     "/v1/secrets/NAME and reference it as api_key = 'secret:NAME'",
                      "secret_in_config")
 
 

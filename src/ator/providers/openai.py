@@ -41,7 +41,15 @@ from ator.providers.base import (
 )
 from ator.providers.retry import retry_after
 from ator.providers.size import request_tokens
-from ator.providers.upstream import connection_error, describe, error_fields, log_raw, ours
+from ator.providers.upstream import (
+    Sent,
+    connection_error,
+    describe,
+    error_fields,
+    log_raw,
+    ours,
+    sent_credentials,
+)
 
 __all__ = ["DEFAULT_BASE_URL", "NO_API_KEY", "OpenAIProvider", "build_params"]
 
@@ -186,6 +194,8 @@ class OpenAIProvider:
         name: str = "openai",
     ) -> None:
         self.name = name
+        # What an upstream error may never repeat (providers.upstream): the key this sends.
+        self._sent = sent_credentials(base_url, api_key)
         self._max_tokens_param = max_tokens_param
         self._owns_http_client = http_client is None
         self._client = openai.AsyncOpenAI(
@@ -232,7 +242,7 @@ class OpenAIProvider:
                 stream_cls=openai.AsyncStream[object],
             )
         except (openai.OpenAIError, AtorError) as exc:
-            raise _map_error(exc) from exc
+            raise _map_error(exc, self._sent) from exc
 
         # The server accepted the prompt and will bill it, but reports usage only in the last
         # chunk: until then the prompt's size is the best figure for a call cut short.
@@ -249,7 +259,7 @@ class OpenAIProvider:
                 except (
                     openai.OpenAIError, httpx2.HTTPError, httpx2.StreamError, AtorError
                 ) as exc:
-                    raise _map_error(exc) from exc
+                    raise _map_error(exc, self._sent) from exc
                 except json.JSONDecodeError as exc:
                     raise ProviderError(
                         f"openai: malformed stream chunk: {exc.msg} at {exc.pos}",
@@ -408,14 +418,14 @@ def _tool_stop(call_id: str, raw: str) -> ToolUseStop:
 # --------------------------------------------------------------------------- error mapping
 
 
-def _map_error(exc: Exception) -> AtorError:
+def _map_error(exc: Exception, sent: Sent) -> AtorError:
     """The one mapping of SDK and transport exceptions. Messages name the failure, never
     repeat an upstream body (see providers/upstream.py); details go to the debug log."""
     if (own := ours("openai", exc)) is not None:
         return own
     if isinstance(exc, openai.APIStatusError):
-        return _status_error(exc)
-    log_raw("openai", None, repr(exc))
+        return _status_error(exc, sent)
+    log_raw("openai", None, repr(exc), sent=sent)
     if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
         return ProviderError("openai: timed out", kind="timeout", retryable=True)
     if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
@@ -423,7 +433,7 @@ def _map_error(exc: Exception) -> AtorError:
     if isinstance(exc, openai.APIResponseValidationError | httpx2.StreamError):
         return ProviderError("openai: bad response", kind="protocol", retryable=True)
     if isinstance(exc, openai.APIError):
-        return _stream_error(exc)
+        return _stream_error(exc, sent)
     return ProviderError(f"openai: {type(exc).__name__}", kind="unknown")
 
 
@@ -436,13 +446,13 @@ def _envelope(exc: openai.APIStatusError) -> Any:
         return exc.body if isinstance(exc.body, dict) else None
 
 
-def _status_error(exc: openai.APIStatusError) -> ProviderError:
+def _status_error(exc: openai.APIStatusError, sent: Sent) -> ProviderError:
     status = exc.status_code
     body = _envelope(exc)
-    log_raw("openai", status, body if body is not None else exc.body)
+    log_raw("openai", status, body if body is not None else exc.body, sent=sent)
     error_type, detail = error_fields(body)
     code = _code(body)
-    message = describe("openai", status, code or error_type, detail)
+    message = describe("openai", status, code or error_type, detail, sent=sent)
     if code == "context_length_exceeded" or status == 413:
         return ContextOverflow(message, status_code=status)
     if status == 429:
@@ -477,13 +487,13 @@ def _code(body: Any) -> str | None:
     return str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None
 
 
-def _stream_error(exc: openai.APIError) -> ProviderError:
+def _stream_error(exc: openai.APIError, sent: Sent) -> ProviderError:
     """An `{"error": ...}` object inside a 200 stream: only its type and code to go by."""
-    log_raw("openai", None, exc.body)
+    log_raw("openai", None, exc.body, sent=sent)
     error_type, detail = error_fields(exc.body)
     code = _code(exc.body)
     kind_hint = f"{code or ''} {error_type or ''}".lower()
-    message = describe("openai", None, code or error_type, detail)
+    message = describe("openai", None, code or error_type, detail, sent=sent)
     if "context_length" in kind_hint or _CONTEXT_OVERFLOW.search(detail or ""):
         return ContextOverflow(message)
     if "rate_limit" in kind_hint:

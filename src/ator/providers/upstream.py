@@ -6,27 +6,42 @@ internal service's error page, a reflected header, a key). Adapters take only th
 vendor's JSON error envelope defines - the error type and the message - and pass them through
 `describe`, which bounds the text, drops control characters and blanks anything that looks like a
 credential. The raw body goes only to the server log, at debug level (`log_raw`).
+
+Shapes are not enough: a self-hosted server's key can be any string, and servers echo it
+("account <key> is not enabled"). So each adapter hands `describe` and `log_raw` the exact
+credentials its client sends (`sent`: the process key or the org's secret, whichever the
+registry gave it), and they are removed first, before any other rule or the length bound
+could leave a piece of one: every run of 8 or more characters of a sent credential (all of a
+shorter one, from 4 characters) becomes `[redacted]`.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
+from urllib.parse import unquote, urlsplit
 
 from ator.errors import AtorError, ProviderError
 from ator.net.guard import egress_refusal
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
+    "Sent",
     "connection_error",
     "describe",
     "error_fields",
     "log_raw",
     "sanitize",
+    "scrub_sent",
+    "sent_credentials",
 ]
+
+#: The credentials a client sends (None where it sends none), for errors to leave out.
+Sent = Iterable[str | None]
 
 #: The longest provider message a tenant sees (the rest is cut with an ellipsis).
 MAX_MESSAGE_CHARS: Final = 300
@@ -38,6 +53,8 @@ log = logging.getLogger("ator.providers")
 # not a type but something the server made up, and is not repeated.
 _ERROR_TYPE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _REDACTED: Final = "[redacted]"
+_MIN_SENT: Final = 4  # a shorter "credential" cannot be told from ordinary text
+_SENT_RUN: Final = 8  # runs of a credential this long (or all of a shorter one) are removed
 _CREDENTIALS: Final = (
     # Vendor key shapes: sk-..., sk-ant-..., sk-proj-..., xai-..., AIza..., AKIA...
     re.compile(r"\b(?:sk|pk|rk|xai|gsk|hf|ghp|gho|glpat|xox[abpr])[-_][A-Za-z0-9_\-*.]{6,}"),
@@ -58,12 +75,57 @@ _CREDENTIALS: Final = (
 )
 
 
-def sanitize(text: str, *, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """`text` fit for a tenant: control and format characters become spaces, whitespace runs
-    collapse, credential-looking strings become `[redacted]`, and at most `limit` characters
-    remain (cut with `…`)."""
-    # Bound the work before the regexes run: a hostile body can be megabytes.
-    text = text[: limit * 4]
+def sent_credentials(base_url: str | None, *credentials: str | None) -> tuple[str, ...]:
+    """What a client built with these arguments sends as credentials: the given ones, and the
+    user info of `base_url` (an operator's endpoint may carry it: the HTTP client then sends
+    it as Basic auth), as user, password and the Basic token."""
+    found = [c for c in credentials if c]
+    parts = urlsplit(base_url) if base_url else None
+    if parts is not None and (parts.username or parts.password):
+        user, password = unquote(parts.username or ""), unquote(parts.password or "")
+        basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+        found += [user, password, basic]
+    return tuple(found)
+
+
+def scrub_sent(text: str, sent: Sent) -> str:
+    """`text` with every piece of the credentials in `sent` replaced by `[redacted]`: each
+    run of `_SENT_RUN` or more characters found in one (all of one shorter than that)."""
+    spans: list[tuple[int, int]] = []
+    for secret in sent:
+        if not secret or len(secret) < _MIN_SENT:
+            continue
+        run = min(len(secret), _SENT_RUN)
+        # Every window of the credential: a run of it in the text is a union of these.
+        for gram in {secret[i:i + run] for i in range(len(secret) - run + 1)}:
+            at = text.find(gram)
+            while at != -1:
+                spans.append((at, at + run))
+                at = text.find(gram, at + 1)
+    if not spans:
+        return text
+    spans.sort()
+    merged = [spans[0]]
+    for start, end in spans[1:]:
+        if start <= merged[-1][1]:  # touches the span before it: one credential
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    pieces, cursor = [], 0
+    for start, end in merged:
+        pieces += [text[cursor:start], _REDACTED]
+        cursor = end
+    return "".join([*pieces, text[cursor:]])
+
+
+def sanitize(text: str, *, limit: int = MAX_MESSAGE_CHARS, sent: Sent = ()
+             ) -> str:
+    """`text` fit for a tenant: the credentials in `sent` removed (`scrub_sent`), control and
+    format characters become spaces, whitespace runs collapse, credential-looking strings
+    become `[redacted]`, and at most `limit` characters remain (cut with `…`)."""
+    # Bound the work before the regexes run: a hostile body can be megabytes. (A credential
+    # across the first cut is removed whole: the cut falls after the scrub.)
+    text = scrub_sent(text[: limit * 4 + 512], sent)[: limit * 4]
     text = "".join(
         " " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in text
     )
@@ -107,22 +169,25 @@ def error_fields(body: Any) -> tuple[str | None, str | None]:
     )
 
 
-def describe(vendor: str, status: int | None, error_type: str | None, message: str | None) -> str:
-    """The one-line error a tenant reads: `vendor: status type: message`, sanitized."""
+def describe(vendor: str, status: int | None, error_type: str | None, message: str | None,
+             *, sent: Sent = ()) -> str:
+    """The one-line error a tenant reads: `vendor: status type: message`, sanitized, with
+    nothing left of the credentials in `sent` (what the client sent on this call)."""
     head = f"{vendor}:"
     if status is not None:
         head += f" {status}"
     clean_type = error_type if error_type and _ERROR_TYPE.fullmatch(error_type) else "error"
-    text = sanitize(message) if message else ""
+    text = sanitize(message, sent=sent) if message else ""
     return f"{head} {clean_type}: {text}" if text else f"{head} {clean_type}"
 
 
-def log_raw(vendor: str, status: int | None, raw: object) -> None:
-    """Keep the full upstream answer for the operator: debug level, server log only."""
+def log_raw(vendor: str, status: int | None, raw: object,
+            *, sent: Sent = ()) -> None:
+    """Keep the upstream answer for the operator: debug level, server log only, without the
+    credentials in `sent` (an org's secret is not the operator's to read either)."""
     if log.isEnabledFor(logging.DEBUG):
-        log.debug(
-            "%s error body (status %s): %.*s", vendor, status, _MAX_RAW_LOG_CHARS, str(raw)
-        )
+        text = scrub_sent(str(raw)[: _MAX_RAW_LOG_CHARS + 512], sent)
+        log.debug("%s error body (status %s): %.*s", vendor, status, _MAX_RAW_LOG_CHARS, text)
 
 
 def connection_error(vendor: str, exc: BaseException) -> ProviderError:

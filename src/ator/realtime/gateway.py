@@ -54,7 +54,7 @@ from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
 from ator.realtime.managers import LocalManager, RedisManager
 from ator.realtime.outbox import Outbox, Server
-from ator.security.sessions import SESSION_COOKIE, csrf_valid
+from ator.security.sessions import csrf_valid, session_from_cookies
 from ator.store.records import Event, Principal
 from ator.store.scope import Scope
 
@@ -352,14 +352,16 @@ def _key_from(environ: dict[str, Any], auth: Any) -> str | None:
         cookies.load(str(environ.get("HTTP_COOKIE", "")))
     except CookieError:
         return None
-    morsel = cookies.get(SESSION_COOKIE)
-    if morsel is None or not morsel.value:
+    # The ASGI scope's scheme (engineio's wsgi.url_scheme believes any X-Forwarded-Proto).
+    https = environ.get("asgi.scope", {}).get("scheme") in ("https", "wss")
+    token = session_from_cookies({k: m.value for k, m in cookies.items()}, https=https)
+    if token is None:
         return None
     given = auth.get("csrf") if isinstance(auth, dict) else None
-    if not csrf_valid(morsel.value, given if isinstance(given, str) else None):
+    if not csrf_valid(token, given if isinstance(given, str) else None):
         raise Forbidden("a socket on the session cookie needs its CSRF token "
                         "(auth={'csrf': ...}); reload the console", code="csrf_failed")
-    return morsel.value
+    return token
 
 
 def _thread_id(payload: dict[str, Any]) -> UUID:
