@@ -9,7 +9,9 @@ went; every tenant endpoint is a loopback listener recording the headers it rece
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 import uuid
 from typing import Any
 
@@ -122,7 +124,13 @@ async def test_a_refused_tenant_address_is_refused_when_the_setup_is_written(
 async def test_a_name_resolving_to_a_refused_address_ends_the_turn_with_egress_blocked(
     guarded: Client,
 ) -> None:
-    # A name can only be judged once resolved: at the call, by the transport.
-    ended = await _turn(guarded, "openai", {"base_url": "http://localhost:9/"})
+    # A name can only be judged once resolved: at the call, by the transport. (`localhost`
+    # itself is refused at write now, by name; this machine's own host name is not a
+    # loopback name, but resolves to one of this machine's addresses.)
+    host = socket.gethostname()
+    addresses = {info[4][0] for info in socket.getaddrinfo(host, 9)}
+    assert addresses and not any(ipaddress.ip_address(a).is_global for a in addresses), (
+        f"this test needs the host name {host!r} to resolve to a non-public address")
+    ended = await _turn(guarded, "openai", {"base_url": f"http://{host}:9/"})
     assert ended["stop_reason"] == "error:egress", ended
     assert "refused" in ended["error"] and PROCESS_KEY not in ended["error"]
