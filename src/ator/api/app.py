@@ -19,6 +19,7 @@ from ator.api import mcp_servers, ops, orgs, prompts, sessions, setups, stream, 
 from ator.api.console import mount_console
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
+from ator.api.responses import JsonResponse
 from ator.engine.runtime import Ator
 from ator.obs import gctune
 from ator.obs.logging import configure_logging
@@ -64,6 +65,7 @@ def create_app(
         version=ator.__version__,
         description="Self-hosted, multi-tenant runtime for LLM agents.",
         lifespan=lifespan,
+        default_response_class=JsonResponse,  # one JSON encoder: ator.jsonenc
     )
     app.state.wait_slots = WaitSlots(per_user=settings.max_waits_per_user,
                                      per_org=settings.max_waits_per_org)

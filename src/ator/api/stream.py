@@ -17,7 +17,6 @@ caller's wait slots (429 `too_many_waits` past the cap) for as long as it is ope
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
@@ -25,6 +24,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
+from ator import jsonenc
 from ator.api.auth import get_ator, require
 from ator.api.limits import WaitSlots
 from ator.engine.runtime import Ator
@@ -42,7 +42,7 @@ _KEEPALIVE = 15.0
 def sse(frame: dict[str, Any]) -> bytes:
     """One frame as an SSE message (persisted ones carry their seq as the event id)."""
     head = f"id: {frame['seq']}\n" if frame["seq"] is not None else ""
-    body = json.dumps(frame, separators=(",", ":"), default=str)
+    body = jsonenc.dumps(frame)
     return f"{head}event: {frame['type']}\ndata: {body}\n\n".encode()
 
 

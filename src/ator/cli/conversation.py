@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
+from ator import jsonenc
 from ator.cli.remote import ApiClient
 from ator.cli.render import TurnView
 from ator.engine.follow import TurnFollow
@@ -97,7 +97,7 @@ class LocalConversation:
             await want_deltas(self.ator.coord, self._id)
             ready.set()
             async for _channel, message in sub:
-                for frame in json.loads(message):
+                for frame in jsonenc.loads(message):
                     for view in list(self._views):
                         view.delta(frame)
 

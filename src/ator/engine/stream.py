@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 from uuid import UUID
 
+from ator import jsonenc
 from ator.coord.base import Coordinator
 from ator.coord.fanout import Waiter
 from ator.engine.publish import want_deltas
@@ -128,9 +128,9 @@ async def _frames(
                 continue
             channel, message = item
             if channel == "deltas":
-                yield delta_envelope(thread_id, json.loads(message))
+                yield delta_envelope(thread_id, jsonenc.loads(message))
                 continue
-            for frame in await reader.notice(json.loads(message), notices.dropped):
+            for frame in await reader.notice(jsonenc.loads(message), notices.dropped):
                 yield frame
 
 

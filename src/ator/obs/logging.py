@@ -6,12 +6,12 @@ record carries the ids in ator.context; `extra` fields are redacted like everyth
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from ator import jsonenc
 from ator.context import current_ids
 from ator.security.redact import redact
 
@@ -33,7 +33,7 @@ class _JsonFormatter(logging.Formatter):
         out.update(redact(extra))
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+        return jsonenc.dumps(out)
 
 
 class _TextFormatter(logging.Formatter):

@@ -23,7 +23,6 @@ holds more than a few packets.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 from uuid import UUID
@@ -31,6 +30,7 @@ from uuid import UUID
 import engineio  # type: ignore[import-untyped]
 import socketio  # type: ignore[import-untyped]
 
+from ator import jsonenc
 from ator.engine.runtime import Ator
 from ator.engine.stream import FRAME_VERSION, open_feed, read_frames, resume_feed
 from ator.errors import AtorError, CoordinationError
@@ -226,8 +226,7 @@ class Feeds:
     def _packet(frame: dict[str, Any]) -> Any:
         """The socket.io EVENT packet `frame` on namespace "/" (frames hold no binary, so the
         encoding is the text one; socket.io's Packet would scan the data for binary)."""
-        encoded = f"{socketio.packet.EVENT}" + json.dumps(["frame", frame], default=str,
-                                                          separators=(",", ":"))
+        encoded = f"{socketio.packet.EVENT}" + jsonenc.dumps(["frame", frame])
         return engineio.packet.Packet(engineio.packet.MESSAGE, encoded)
 
     def _spawn_unfollow(self, follow: Follow) -> None:
