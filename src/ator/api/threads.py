@@ -119,7 +119,7 @@ async def list_events(
         await ator.thread(p.scope, thread_id)
         found = await ator.events(p.scope, thread_id, after_seq=after_seq, limit=limit)
     last = found[-1].seq if found else after_seq
-    return {"data": [views.event(e) for e in found], "last_seq": last}
+    return {"data": [views.event(thread_id, e) for e in found], "last_seq": last}
 
 
 @router.get("/threads/{thread_id}/turns")

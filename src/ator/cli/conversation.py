@@ -71,7 +71,7 @@ class LocalConversation:
     async def events(self, after_seq: int, wait: float) -> list[dict[str, Any]]:
         found = await self.ator.wait_events(self.scope, self._id, after_seq=after_seq,
                                             timeout=wait)
-        return [event_frame(e) for e in found]
+        return [event_frame(self._id, e) for e in found]
 
     async def stop(self) -> None:
         await self.ator.stop(self.scope, self._id)
@@ -160,11 +160,11 @@ class TurnFollower:
                 raise TimeoutError(f"the turn did not end within {timeout:g}s")
             frames = await self.conversation.events(follow.seq, min(_WAIT, left))
             for frame in follow.feed(frames):
-                if frame["kind"] == "message":
+                if frame["type"] == "message":
                     if frame is follow.frames[0]:
                         self.view.started(str(follow.turn_id))
                     continue
-                self.view.event(frame)
+                self.view.event(frame["data"])  # the renderer draws the event record
             if follow.ended is not None:
                 self.view.ended(follow.ended, loop.time() - self._started)
         return follow.ended

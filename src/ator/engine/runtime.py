@@ -533,7 +533,7 @@ class Ator(McpMethods):
                     dropped = waiter.dropped
                     await self._catch_up(scope, thread_id, follow)
                 if message is not None:
-                    follow.feed(json.loads(message).get("events", []))
+                    follow.feed(json.loads(message).get("frames", []))
         assert follow.ended is not None and follow.turn_id is not None
         data = follow.ended
         return TurnResult(
@@ -554,5 +554,5 @@ class Ator(McpMethods):
             page = await self.events(scope, thread_id, after_seq=follow.seq, limit=500)
             if not page:
                 return
-            follow.feed(event_frame(e) for e in page)
+            follow.feed(event_frame(thread_id, e) for e in page)
             follow.seq = max(follow.seq, page[-1].seq)

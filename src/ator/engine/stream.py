@@ -7,10 +7,9 @@ once and in `seq` order, with token deltas interleaved while live. A frame is
 
     {"v": 1, "seq": int | None, "type": str, "data": {...}}
 
-where a persisted event has its `seq`, `type` = its kind and `data` = its event frame (the
-one wire format of engine.wire, plus `thread_id`); a batch of token deltas has `seq` None,
-`type` "delta" and `data` = `{"thread_id", "deltas": [delta frame, ...]}` (volatile: a
-reader may drop it, the persisted reply is the truth).
+(the one frame format of engine.wire): a persisted event has its `seq`; a batch of token
+deltas has `seq` None and `type` "delta" (volatile: a reader may drop it, the persisted reply
+is the truth).
 
 How there is no gap and no duplicate at the seam: both channels are subscribed BEFORE the
 database is read (a commit in between is in the read or in the inbox, maybe both); each
@@ -31,29 +30,16 @@ from ator import jsonenc
 from ator.coord.base import Coordinator
 from ator.coord.fanout import Waiter
 from ator.engine.publish import want_deltas
-from ator.engine.wire import delta_channel, event_frame, thread_channel
+from ator.engine.wire import delta_channel, delta_frame, event_frame, thread_channel
 from ator.store import events as event_store
 from ator.store import threads as thread_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["FRAME_VERSION", "delta_envelope", "event_envelope", "open_feed", "read_frames",
-           "resume_feed", "thread_frames"]
+__all__ = ["open_feed", "read_frames", "resume_feed", "thread_frames"]
 
-FRAME_VERSION = 1
 _PAGE = 500
 _INBOX = 64  # notices a reader may fall behind by before it re-reads the database
-
-
-def event_envelope(thread_id: UUID | str, frame: dict[str, Any]) -> dict[str, Any]:
-    """The frame of one persisted event (`frame` as made by engine.wire.event_frame)."""
-    return {"v": FRAME_VERSION, "seq": frame["seq"], "type": frame["kind"],
-            "data": {**frame, "thread_id": str(thread_id)}}
-
-
-def delta_envelope(thread_id: UUID | str, deltas: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    return {"v": FRAME_VERSION, "seq": None, "type": "delta",
-            "data": {"thread_id": str(thread_id), "deltas": list(deltas)}}
 
 
 async def thread_frames(
@@ -101,7 +87,7 @@ async def read_frames(
         await thread_store.get_thread(db, scope, thread_id)
     page = await event_store.read_events(db, scope, thread_id, after_seq=after_seq,
                                          limit=limit)
-    return [event_envelope(thread_id, event_frame(e)) for e in page]
+    return [event_frame(thread_id, e) for e in page]
 
 
 async def _frames(
@@ -128,7 +114,7 @@ async def _frames(
                 continue
             channel, message = item
             if channel == "deltas":
-                yield delta_envelope(thread_id, jsonenc.loads(message))
+                yield delta_frame(thread_id, jsonenc.loads(message))
                 continue
             for frame in await reader.notice(jsonenc.loads(message), notices.dropped):
                 yield frame
@@ -147,12 +133,12 @@ class _Reader:
         while True:
             page = await event_store.read_events(self.db, self.scope, self.thread_id,
                                                  after_seq=self.seq, limit=_PAGE)
-            out.extend(self._take(event_frame(e) for e in page))
+            out.extend(self._take(event_frame(self.thread_id, e) for e in page))
             if len(page) < _PAGE:
                 return out
 
     async def notice(self, notice: dict[str, Any], dropped: int) -> list[dict[str, Any]]:
-        frames = [f for f in notice.get("events", []) if int(f["seq"]) > self.seq]
+        frames = [f for f in notice.get("frames", []) if int(f["seq"]) > self.seq]
         if dropped != self._dropped or (frames and int(frames[0]["seq"]) != self.seq + 1):
             self._dropped = dropped  # notices were lost, or one came past a gap
             return await self.catch_up()
@@ -163,7 +149,7 @@ class _Reader:
         for frame in frames:
             if int(frame["seq"]) == self.seq + 1:
                 self.seq += 1
-                out.append(event_envelope(self.thread_id, frame))
+                out.append(frame)
         return out
 
 

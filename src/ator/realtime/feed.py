@@ -32,7 +32,8 @@ import socketio  # type: ignore[import-untyped]
 
 from ator import jsonenc
 from ator.engine.runtime import Ator
-from ator.engine.stream import FRAME_VERSION, open_feed, read_frames, resume_feed
+from ator.engine.stream import open_feed, read_frames, resume_feed
+from ator.engine.wire import error_frame
 from ator.errors import AtorError, CoordinationError
 from ator.obs.logging import get_logger
 from ator.store.scope import Scope
@@ -200,7 +201,8 @@ class Feeds:
                 "the thread could not be read; join again")
             queue = self._queue(follow)
             if queue is not None:
-                queue.put_nowait(self._packet(_error(follow.thread_id, problem)))
+                queue.put_nowait(self._packet(error_frame(follow.thread_id, problem.code,
+                                                          problem.status, problem.message)))
             self._spawn_unfollow(follow)
 
     async def _drained(self, follow: Follow) -> asyncio.Queue[Any] | None:
@@ -234,8 +236,3 @@ class Feeds:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-
-def _error(thread_id: UUID, exc: AtorError) -> dict[str, Any]:
-    return {"v": FRAME_VERSION, "seq": None, "type": "error",
-            "data": {"thread_id": str(thread_id), "code": exc.code, "status": exc.status,
-                     "detail": exc.message}}

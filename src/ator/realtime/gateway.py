@@ -36,7 +36,7 @@ from uuid import UUID
 import socketio  # type: ignore[import-untyped]
 
 from ator.engine.runtime import Ator
-from ator.engine.stream import FRAME_VERSION
+from ator.engine.wire import turn_frame
 from ator.errors import (
     AtorError,
     CoordinationError,
@@ -64,23 +64,6 @@ class Unauthenticated(AtorError):
     kind = "auth"
     code = "unauthenticated"
     status = 401
-
-
-def org_frame(thread_id: UUID, event: Event) -> dict[str, Any] | None:
-    """The org room's frame for a turn starting or ending (None for other events)."""
-    data = event.data or {}
-    if event.kind == "turn_started":
-        return {"v": FRAME_VERSION, "seq": None, "type": "turn.started",
-                "data": {"thread_id": str(thread_id), "turn_id": data.get("turn_id"),
-                         "busy": True, "parent_id": data.get("parent_id"),
-                         "root_id": data.get("root_id")}}
-    if event.kind == "turn_ended":
-        return {"v": FRAME_VERSION, "seq": None, "type": "turn.ended",
-                "data": {"thread_id": str(thread_id), "turn_id": data.get("turn_id"),
-                         "busy": False, "status": data.get("status"),
-                         "stop_reason": data.get("stop_reason"), "steps": data.get("steps"),
-                         "usage": data.get("usage"), "cost_usd": data.get("cost_usd")}}
-    return None
 
 
 class Gateway:
@@ -289,7 +272,7 @@ class Gateway:
 
     def _on_events(self, scope: Scope, thread_id: UUID, events: Sequence[Event]) -> None:
         for event in events:
-            frame = org_frame(thread_id, event)
+            frame = turn_frame(thread_id, event)
             if frame is not None:
                 self._spawn(self.sio.emit("frame", frame, room=f"org:{scope.org_id}"))
 
