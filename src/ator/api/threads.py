@@ -113,13 +113,14 @@ async def list_events(
     if wait > 0:
         slots: WaitSlots = request.app.state.wait_slots
         with slots.hold(p.org_id, p.user_id):
-            found = await ator.wait_events(p.scope, thread_id, after_seq=after_seq,
-                                           timeout=wait, limit=limit)
+            frames = await ator.wait_events(p.scope, thread_id, after_seq=after_seq,
+                                            timeout=wait, limit=limit)
     else:
         await ator.thread(p.scope, thread_id)
         found = await ator.events(p.scope, thread_id, after_seq=after_seq, limit=limit)
-    last = found[-1].seq if found else after_seq
-    return {"data": [views.event(thread_id, e) for e in found], "last_seq": last}
+        frames = [views.event(thread_id, e) for e in found]
+    last = frames[-1]["seq"] if frames else after_seq
+    return {"data": frames, "last_seq": last}
 
 
 @router.get("/threads/{thread_id}/turns")

@@ -26,7 +26,7 @@ from ator.cli.render import TurnView
 from ator.engine.follow import TurnFollow
 from ator.engine.publish import want_deltas
 from ator.engine.runtime import Ator
-from ator.engine.wire import delta_channel, event_frame
+from ator.engine.wire import delta_channel
 from ator.store.scope import Scope
 
 __all__ = ["Conversation", "LocalConversation", "RemoteConversation", "Sent", "TurnFollower"]
@@ -69,9 +69,8 @@ class LocalConversation:
         return Sent(str(item.id), thread.last_seq)
 
     async def events(self, after_seq: int, wait: float) -> list[dict[str, Any]]:
-        found = await self.ator.wait_events(self.scope, self._id, after_seq=after_seq,
-                                            timeout=wait)
-        return [event_frame(self._id, e) for e in found]
+        return await self.ator.wait_events(self.scope, self._id, after_seq=after_seq,
+                                           timeout=wait)
 
     async def stop(self) -> None:
         await self.ator.stop(self.scope, self._id)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import socket
 import uuid
@@ -44,9 +43,9 @@ from ator.engine.mcp_notices import McpNotices
 from ator.engine.prompts import Prompts
 from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
+from ator.engine.stream import ThreadFollow
 from ator.engine.tenancy import Tenancy
 from ator.engine.turn import TurnRunner
-from ator.engine.wire import event_frame, thread_channel
 from ator.errors import ConfigError, Conflict, EgressBlocked, ValidationFailed
 from ator.obs.looplag import LoopLag
 from ator.providers.base import Provider
@@ -471,31 +470,23 @@ class Ator(McpMethods):
 
     async def wait_events(
         self, scope: Scope, thread_id: UUID, *, after_seq: int, timeout: float, limit: int = 200
-    ) -> list[Event]:
-        """Long-poll: events after `after_seq`, waiting up to `timeout` seconds for the next
-        commit. Returns [] on timeout. Waits on the coordinator's shared subscription (one
-        connection per process, whatever the number of waiters)."""
+    ) -> list[dict[str, Any]]:
+        """Long-poll: the frames (engine.wire) of the events after `after_seq`, waiting up to
+        `timeout` seconds for the next commit. Returns [] on timeout. Waits on the
+        coordinator's shared subscription (one connection per process, whatever the number
+        of waiters). Raises NotFound (another org's thread)."""
         await thread_store.get_thread(self.db, scope, thread_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        async with self.coord.hub.subscribe(thread_channel(thread_id), inbox=16) as waiter:
-            # Subscribed first, then read: a commit in between is in the read or the inbox.
-            found = await self.events(scope, thread_id, after_seq=after_seq, limit=limit)
-            if found:
-                return found
-            dropped = 0
-            while (left := deadline - loop.time()) > 0:
-                message = await waiter.get(left)
-                if message is None:
+        async with ThreadFollow(self.db, self.coord, scope, thread_id, after_seq=after_seq,
+                                inbox=16) as reader:
+            found = await reader.catch_up(limit)
+            while not found and (left := deadline - loop.time()) > 0:
+                frames = await reader.next(left)
+                if frames is None:
                     break
-                # A notice of a later commit, or notices lost to a full inbox: read the truth.
-                if waiter.dropped != dropped or json.loads(message).get("seq", 0) > after_seq:
-                    dropped = waiter.dropped
-                    found = await self.events(scope, thread_id, after_seq=after_seq,
-                                              limit=limit)
-                    if found:
-                        return found
-        return []
+                found = frames
+        return found[:limit]
 
     async def turn(self, scope: Scope, turn_id: UUID) -> Turn:
         return await turn_store.get_turn(self.db, scope, turn_id)
@@ -518,22 +509,22 @@ class Ator(McpMethods):
         for a lease TTL, it catches up from the database, from the message's own event."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        async with self.coord.hub.subscribe(thread_channel(thread_id)) as waiter:
+        # Subscribed before submitting, so the notices hold all of the turn; the cursor is
+        # learned from them (or from the message's own event after a silence).
+        async with ThreadFollow(self.db, self.coord, scope, thread_id,
+                                after_seq=None) as reader:
             item, _created = await self.submit(scope, thread_id, text,
                                                client_message_id=client_message_id)
             follow = TurnFollow(str(item.id))
-            dropped = 0
             while not follow.done:
                 left = deadline - loop.time()
                 if left <= 0:
                     raise TimeoutError(f"no reply within {timeout:g}s")
-                message = await waiter.get(min(left, self.settings.lease_ttl))
-                if message is None or waiter.dropped != dropped:
+                frames = await reader.next(min(left, self.settings.lease_ttl))
+                if frames is None or reader.lost:
                     # Silence for a lease TTL, or notices lost to a full inbox: read the truth.
-                    dropped = waiter.dropped
-                    await self._catch_up(scope, thread_id, follow)
-                if message is not None:
-                    follow.feed(json.loads(message).get("frames", []))
+                    frames = await self._catch_up(scope, reader, follow)
+                follow.feed(frames)
         assert follow.ended is not None and follow.turn_id is not None
         data = follow.ended
         return TurnResult(
@@ -543,16 +534,16 @@ class Ator(McpMethods):
             cost_usd=Decimal(str(data.get("cost_usd", "0"))), events=follow.frames,
         )
 
-    async def _catch_up(self, scope: Scope, thread_id: UUID, follow: TurnFollow) -> None:
-        """Read what was committed since the follower's position (a notice was lost)."""
+    async def _catch_up(self, scope: Scope, reader: ThreadFollow, follow: TurnFollow
+                        ) -> list[dict[str, Any]]:
+        """What was committed since the follower's position (a notice was lost)."""
         if follow.turn_id is None:
-            seq = await event_store.message_seq(self.db, scope, thread_id, follow.mailbox_id)
+            seq = await event_store.message_seq(self.db, scope, reader.thread_id,
+                                                follow.mailbox_id)
             if seq is None:
-                return  # not taken by a turn yet
+                return []  # not taken by a turn yet
             follow.seq = seq - 1  # rewind: frames before our message are not ours
-        while not follow.done:
-            page = await self.events(scope, thread_id, after_seq=follow.seq, limit=500)
-            if not page:
-                return
-            follow.feed(event_frame(thread_id, e) for e in page)
-            follow.seq = max(follow.seq, page[-1].seq)
+            reader.rewind(seq - 1)
+        elif reader.seq is None:
+            reader.rewind(follow.seq)
+        return await reader.catch_up()
