@@ -23,14 +23,14 @@ from fastapi import Depends, Request
 from ator.context import org_id_var, request_id_var
 from ator.engine.runtime import Ator
 from ator.errors import AtorError, Forbidden, RateLimited
+from ator.security.roles import check_role, has_role
 from ator.security.sessions import CSRF_HEADER, SESSION_COOKIE, csrf_valid
 from ator.store.records import Principal
 
-__all__ = ["ROLE_RANK", "credential", "get_ator", "require"]
+__all__ = ["credential", "get_ator", "require"]
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-ROLE_RANK = {"viewer": 0, "member": 1, "admin": 2}
 _WINDOW = 60.0
 
 
@@ -93,11 +93,10 @@ async def _principal(request: Request, ator: Ator = Depends(get_ator)) -> Princi
 
 def require(role: str) -> Callable[..., Awaitable[Principal]]:
     """A dependency admitting principals with at least `role` (viewer < member < admin)."""
-    needed = ROLE_RANK[role]
+    has_role(role, role)  # an unknown role fails here, at import, not on a request
 
     async def dependency(principal: Principal = Depends(_principal)) -> Principal:
-        if ROLE_RANK[principal.role] < needed:
-            raise Forbidden(f"this needs the {role} role; the key has {principal.role}")
+        check_role(principal.role, role)
         return principal
 
     return dependency

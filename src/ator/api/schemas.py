@@ -9,10 +9,12 @@ and bounded by the runtime where they are written (`providers.config`, `tools.po
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ator.security.roles import Role
 
 __all__ = [
     "KeyIn",
@@ -74,7 +76,7 @@ class TreeCapsIn(_Body):
 
 class KeyIn(_Body):
     name: str = Name
-    role: Literal["admin", "member", "viewer"]
+    role: Role
     email: str = Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")
 
 

@@ -22,8 +22,9 @@ from rich.text import Text
 from ator.cli.edge import load_settings, user_errors
 from ator.cli.render import console, err_console, fail, money
 from ator.engine.runtime import Ator
+from ator.security.roles import ROLES
 from ator.store.records import ApiKey
-from ator.store.scope import ROLES, Scope
+from ator.store.scope import Scope
 
 __all__ = ["admin_app"]
 

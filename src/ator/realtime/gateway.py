@@ -48,6 +48,7 @@ from ator.obs.logging import get_logger
 from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
 from ator.realtime.managers import LocalManager, RedisManager
+from ator.security.roles import check_role
 from ator.security.sessions import SESSION_COOKIE, csrf_valid
 from ator.store.records import Event, Principal
 from ator.store.scope import Scope
@@ -56,7 +57,6 @@ __all__ = ["Gateway"]
 
 log = get_logger("ator.realtime")
 
-_ROLE = {"viewer": 0, "member": 1, "admin": 2}
 Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -317,8 +317,7 @@ def _thread_id(payload: dict[str, Any]) -> UUID:
 
 
 def _require(p: Principal, role: str) -> None:
-    if _ROLE[p.role] < _ROLE[role]:
-        raise Forbidden(f"this needs the {role} role; the key has {p.role}")
+    check_role(p.role, role)
 
 
 def _problem(exc: AtorError) -> dict[str, Any]:
