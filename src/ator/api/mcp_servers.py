@@ -13,8 +13,7 @@ from fastapi import APIRouter, Body, Depends, Response
 
 from ator.api.auth import get_ator, require
 from ator.engine.runtime import Ator
-from ator.store.mcp_servers import McpServer
-from ator.store.records import Principal
+from ator.store.records import McpServer, Principal
 
 router = APIRouter(prefix="/v1/mcp-servers")
 
