@@ -26,7 +26,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from ator.errors import NotFound, ValidationFailed
 from ator.security.untrusted import neutralize
 from ator.store.database import Database
+from ator.store.parts import PartSql
 from ator.store.records import TreeNode as Node
 from ator.store.scope import Scope
 
@@ -334,6 +335,11 @@ async def tell_idle(
     return parent
 
 
+_RESULT_PART = PartSql("subagent_result", ctes=(RESULT_SQL,),
+                       selects=("(SELECT thread_id FROM _result) AS notified_parent",),
+                       params=frozenset({"r_id", "r_cmid", "r_content", "r_text"}))
+
+
 @dataclass(frozen=True, slots=True)
 class ResultPart:
     """A child's final write also pushes its result to the parent (see RESULT_SQL)."""
@@ -341,19 +347,10 @@ class ResultPart:
     child_id: UUID
     content: dict[str, Any]
     text: str
-    key: str = "subagent_result"
+    sql: ClassVar[PartSql] = _RESULT_PART
 
-    def turn_set(self) -> str:
-        return ""
-
-    def ctes(self) -> list[str]:
-        return [RESULT_SQL]
-
-    def params(self) -> dict[str, Any]:
+    def values(self) -> dict[str, Any]:
         return result_params(self.child_id, self.content, self.text)
-
-    def selects(self) -> list[str]:
-        return ["(SELECT thread_id FROM _result) AS notified_parent"]
 
 
 async def cancel(db: Database, scope: Scope, thread_id: UUID, *, include_self: bool) -> list[UUID]:
