@@ -89,7 +89,10 @@ def compose(shapes: tuple[PartSql, ...], build: Callable[[str, list[str], list[s
     found = _composed.get(shapes)
     if found is not None:
         return found
-    turn_set, ctes, selects, names = "", [], [], []
+    turn_set = ""
+    ctes: list[str] = []
+    selects: list[str] = []
+    names: list[dict[str, str]] = []
     seen_ctes: set[str] = {"_turn", "_seq", "_ev"}
     seen_selects: set[str] = {"live", "events"}
     for i, shape in enumerate(shapes):
@@ -110,25 +113,23 @@ def compose(shapes: tuple[PartSql, ...], build: Callable[[str, list[str], list[s
             return _BIND.sub(one, sql)
 
         turn_set += rename(shape.turn_set)
-        for cte in shape.ctes:
-            cte_name = _name(_CTE_NAME.match(cte), shape, "CTE")
-            if cte_name in seen_ctes:
-                raise ValueError(f"step part {shape.name!r} reuses the CTE name {cte_name}")
-            seen_ctes.add(cte_name)
-            ctes.append(rename(cte))
-        for select in shape.selects:
-            select_name = _name(_SELECT_NAME.search(select), shape, "select")
-            if select_name in seen_selects:
-                raise ValueError(f"step part {shape.name!r} reuses the column {select_name}")
-            seen_selects.add(select_name)
-            selects.append(rename(select))
+        ctes += map(rename, _claim(shape, shape.ctes, seen_ctes, "CTE name"))
+        selects += map(rename, _claim(shape, shape.selects, seen_selects, "column"))
         names.append(mine)
     found = _composed[shapes] = Composed(sa.text(build(turn_set, ctes, selects)),
                                          tuple(names))
     return found
 
 
-def _name(match: re.Match[str] | None, shape: PartSql, what: str) -> str:
-    if match is None:
-        raise ValueError(f"step part {shape.name!r} has a {what} without a name")
-    return match.group(1)
+def _claim(shape: PartSql, items: tuple[str, ...], seen: set[str], what: str
+           ) -> tuple[str, ...]:
+    """`items` (CTEs or select columns) once their names are known to be new in `seen`."""
+    pattern = _CTE_NAME.match if what == "CTE name" else _SELECT_NAME.search
+    for item in items:
+        match = pattern(item)
+        if match is None:
+            raise ValueError(f"step part {shape.name!r} has a {what} missing in {item[:40]!r}")
+        if match.group(1) in seen:
+            raise ValueError(f"step part {shape.name!r} reuses the {what} {match.group(1)}")
+        seen.add(match.group(1))
+    return items
