@@ -84,7 +84,7 @@ async def _principal(request: Request, ator: Ator = Depends(get_ator)) -> Princi
     org_id_var.set(str(principal.org_id))
     limit = ator.settings.rate_limit_per_minute
     if limit > 0:
-        count = await ator.coord.hit(f"rl:{principal.org_id}:{principal.user_id}", _WINDOW)
+        count = await ator.count_hit(f"rl:{principal.org_id}:{principal.user_id}", _WINDOW)
         if count > limit:
             raise RateLimited(f"more than {limit} requests this minute",
                               retry_after=_WINDOW - (time.time() % _WINDOW))

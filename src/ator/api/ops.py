@@ -46,16 +46,7 @@ async def metrics(request: Request, ator: Ator = Depends(get_ator)) -> Response:
     if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
         return problem(401, "unauthenticated", "metrics need the metrics token",
                        headers={"WWW-Authenticate": "Bearer"})
-    m = ator.runner.metrics
-    m.mailbox_depth.set(await ator.tenancy.mailbox_depth())
-    m.mailbox_lag.set(await ator.tenancy.mailbox_lag())
-    load = ator.load()
-    m.turns_in_flight.set(load["turns_in_flight"])
-    m.turns_waiting.set(load["turns_waiting"])
-    m.loop_lag.set(load["loop_lag_s"])
-    ator.runner.metrics.hub_waiters.set(ator.coord.hub.waiters)
-    ator.runner.metrics.hub_channels.set(ator.coord.hub.channels)
-    return Response(ator.runner.metrics.render(),
+    return Response(await ator.render_metrics(),
                     media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -44,7 +44,7 @@ def _who(p: Principal) -> dict[str, Any]:
 async def login(body: LoginIn, request: Request, response: Response,
                 ator: Ator = Depends(get_ator)) -> dict[str, Any]:
     client = request.client.host if request.client else "unknown"
-    if await ator.coord.hit(f"login:{client}", 60.0) > _LOGINS_PER_MINUTE:
+    if await ator.count_hit(f"login:{client}", 60.0) > _LOGINS_PER_MINUTE:
         raise RateLimited("too many login attempts from this address; wait a minute",
                           retry_after=60.0 - (time.time() % 60.0))
     opened = await ator.access.open_session(body.key.strip())

@@ -1,5 +1,5 @@
 """Server-sent events of a thread, for API clients and curl (layer: api; imports
-engine.stream, engine.runtime, api.auth, api.limits).
+engine.runtime, api.auth, api.limits).
 
 `GET /v1/threads/{id}/stream` answers `text/event-stream`: every persisted event after the
 cursor (the `Last-Event-ID` header, else `?after_seq=`, else 0) from the database, then live,
@@ -28,7 +28,6 @@ from ator import jsonenc
 from ator.api.auth import get_ator, require
 from ator.api.limits import WaitSlots
 from ator.engine.runtime import Ator
-from ator.engine.stream import thread_frames
 from ator.errors import ValidationFailed
 from ator.store.records import Principal
 
@@ -74,8 +73,8 @@ async def stream_thread(
     held = contextlib.ExitStack()
     held.enter_context(slots.hold(p.org_id, p.user_id))
     try:
-        frames = await thread_frames(ator.db, ator.coord, p.scope, thread_id, after_seq=cursor,
-                                     deltas=deltas, keepalive=_KEEPALIVE)
+        frames = await ator.thread_frames(p.scope, thread_id, after_seq=cursor, deltas=deltas,
+                                          keepalive=_KEEPALIVE)
     except BaseException:
         held.close()
         raise

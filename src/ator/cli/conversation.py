@@ -20,13 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from ator import jsonenc
 from ator.cli.remote import ApiClient
 from ator.cli.render import TurnView
 from ator.engine.follow import TurnFollow
-from ator.engine.publish import want_deltas
 from ator.engine.runtime import Ator
-from ator.engine.wire import delta_channel
 from ator.store.scope import Scope
 
 __all__ = ["Conversation", "LocalConversation", "RemoteConversation", "Sent", "TurnFollower"]
@@ -92,13 +89,12 @@ class LocalConversation:
         await ready.wait()
 
     async def _read_deltas(self, ready: asyncio.Event) -> None:
-        async with self.ator.coord.subscribe(delta_channel(self._id)) as sub:
-            await want_deltas(self.ator.coord, self._id)
+        async with self.ator.deltas(self._id) as batches:
             ready.set()
-            async for _channel, message in sub:
-                for frame in jsonenc.loads(message):
+            async for batch in batches:
+                for delta in batch:
                     for view in list(self._views):
-                        view.delta(frame)
+                        view.delta(delta)
 
     async def aclose(self) -> None:
         if self._deltas is not None:

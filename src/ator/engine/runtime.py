@@ -20,7 +20,8 @@ import contextlib
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -28,11 +29,13 @@ from typing import Any
 from uuid import UUID
 
 import ator
+from ator import jsonenc
 from ator.agent.caps import Caps
 from ator.agent.hooks import LoopHook
 from ator.coord import coordinator_from_url
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
+from ator.engine import stream
 from ator.engine.access import Access
 from ator.engine.actor import Actor, lease_key
 from ator.engine.compaction import ContextPolicy
@@ -41,11 +44,12 @@ from ator.engine.inspector import Inspector
 from ator.engine.mcp import McpMethods, McpService, StoredResults
 from ator.engine.mcp_notices import McpNotices
 from ator.engine.prompts import Prompts
-from ator.engine.publish import Publisher
+from ator.engine.publish import Publisher, want_deltas
 from ator.engine.reaper import Reaper
 from ator.engine.stream import ThreadFollow
 from ator.engine.tenancy import Tenancy
 from ator.engine.turn import TurnRunner
+from ator.engine.wire import delta_channel
 from ator.errors import ConfigError, Conflict, EgressBlocked, ValidationFailed
 from ator.obs.looplag import LoopLag
 from ator.providers.base import Provider
@@ -547,3 +551,58 @@ class Ator(McpMethods):
         elif reader.seq is None:
             reader.rewind(follow.seq)
         return await reader.catch_up()
+
+    # Facades for the transports --------------------------------------------------------
+    # SSE, the socket gateway, the CLI and /metrics reach the database, the coordinator and
+    # the runner only through these (import-linter cannot see an attribute reached through).
+
+    async def thread_frames(
+        self, scope: Scope, thread_id: UUID, *, after_seq: int = 0, deltas: bool = True,
+        keepalive: float | None = None,
+    ) -> AsyncGenerator[dict[str, Any] | None, None]:
+        """engine.stream.thread_frames of this runtime. Raises NotFound (another org's)."""
+        return await stream.thread_frames(self.db, self.coord, scope, thread_id,
+                                          after_seq=after_seq, deltas=deltas,
+                                          keepalive=keepalive)
+
+    async def open_feed(self, scope: Scope, thread_id: UUID, *, recheck: float
+                        ) -> tuple[int, AsyncGenerator[dict[str, Any] | None, None]]:
+        """engine.stream.open_feed of this runtime. Raises NotFound (another org's)."""
+        return await stream.open_feed(self.db, self.coord, scope, thread_id, recheck=recheck)
+
+    def resume_feed(self, scope: Scope, thread_id: UUID, *, after_seq: int, recheck: float
+                    ) -> AsyncGenerator[dict[str, Any] | None, None]:
+        return stream.resume_feed(self.db, self.coord, scope, thread_id, after_seq=after_seq,
+                                  recheck=recheck)
+
+    async def read_frames(self, scope: Scope, thread_id: UUID, *, after_seq: int,
+                          limit: int = 500, check: bool = False) -> list[dict[str, Any]]:
+        """engine.stream.read_frames of this runtime."""
+        return await stream.read_frames(self.db, scope, thread_id, after_seq=after_seq,
+                                        limit=limit, check=check)
+
+    @asynccontextmanager
+    async def deltas(self, thread_id: UUID) -> AsyncIterator[AsyncIterator[list[dict[str, Any]]]]:
+        """The thread's token deltas from now on, as they are published (batches of
+        engine.wire deltas), while inside the block."""
+        async with self.coord.subscribe(delta_channel(thread_id)) as sub:
+            await want_deltas(self.coord, thread_id)
+            yield (jsonenc.loads(message) async for _channel, message in sub)
+
+    async def count_hit(self, key: str, window: float) -> int:
+        """Count one hit on `key` in the current `window` seconds, across replicas (rate
+        limits); returns the window's count so far."""
+        return await self.coord.hit(key, window)
+
+    async def render_metrics(self) -> bytes:
+        """The Prometheus exposition of this replica's metrics, gauges read now."""
+        m = self.runner.metrics
+        m.mailbox_depth.set(await self.tenancy.mailbox_depth())
+        m.mailbox_lag.set(await self.tenancy.mailbox_lag())
+        load = self.load()
+        m.turns_in_flight.set(load["turns_in_flight"])
+        m.turns_waiting.set(load["turns_waiting"])
+        m.loop_lag.set(load["loop_lag_s"])
+        m.hub_waiters.set(self.coord.hub.waiters)
+        m.hub_channels.set(self.coord.hub.channels)
+        return m.render()

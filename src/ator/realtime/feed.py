@@ -1,8 +1,8 @@
 """One live feed per followed thread per replica, shared by its sockets (layer: realtime;
-imports engine.stream, socketio/engineio packets).
+imports engine.runtime, engine.wire, socketio/engineio packets).
 
 A thousand sockets on one thread must not mean a thousand subscriptions, JSON parses and
-encodes of every frame: a `Feed` reads the thread once (engine.stream.open_feed: live, with
+encodes of every frame: a `Feed` reads the thread once (`Ator.open_feed`: live, with
 its own recovery from the database), encodes each frame once, and puts it in the transport
 queue of each live member.
 
@@ -32,7 +32,6 @@ import socketio  # type: ignore[import-untyped]
 
 from ator import jsonenc
 from ator.engine.runtime import Ator
-from ator.engine.stream import open_feed, read_frames, resume_feed
 from ator.engine.wire import error_frame
 from ator.errors import AtorError, CoordinationError
 from ator.obs.logging import get_logger
@@ -88,7 +87,7 @@ class Feeds:
     async def follow(self, sid: str, scope: Scope, thread_id: UUID, after_seq: int) -> Follow:
         """Start following: checks ownership (NotFound), then catches up in the background."""
         ator = self._ator()
-        await read_frames(ator.db, scope, thread_id, after_seq=0, limit=1, check=True)
+        await ator.read_frames(scope, thread_id, after_seq=0, limit=1, check=True)
         feed = await self._feed(scope, thread_id)
         eio_sid = self.sio.manager.eio_sid_from_sid(sid, "/")
         follow = Follow(sid, eio_sid, scope, thread_id, after_seq)
@@ -122,8 +121,7 @@ class Feeds:
             feed = self._feeds.get(thread_id)
             if feed is None:
                 ator = self._ator()
-                seq, frames = await open_feed(ator.db, ator.coord, scope, thread_id,
-                                              recheck=_RECHECK)
+                seq, frames = await ator.open_feed(scope, thread_id, recheck=_RECHECK)
                 feed = self._feeds[thread_id] = Feed(Scope(scope.org_id), thread_id, seq)
                 feed.task = asyncio.get_running_loop().create_task(self._run(feed, frames))
         return feed
@@ -152,8 +150,8 @@ class Feeds:
             await asyncio.sleep(pause)
             pause = min(pause * 2, _RETRY[1])
             ator = self._ator()
-            frames = resume_feed(ator.db, ator.coord, feed.scope, feed.thread_id,
-                                 after_seq=feed.seq, recheck=_RECHECK)
+            frames = ator.resume_feed(feed.scope, feed.thread_id, after_seq=feed.seq,
+                                      recheck=_RECHECK)
 
     def _broadcast(self, feed: Feed, frame: dict[str, Any]) -> None:
         """Encode once, queue to every live member (no await: see the module)."""
@@ -180,7 +178,7 @@ class Feeds:
         ator = self._ator()
         try:
             while follow.seq < feed.seq:
-                page = await read_frames(ator.db, follow.scope, follow.thread_id,
+                page = await ator.read_frames(follow.scope, follow.thread_id,
                                          after_seq=follow.seq, limit=_PAGE)
                 if not page:
                     raise CoordinationError("the feed is ahead of the database")

@@ -215,7 +215,7 @@ class Gateway:
         limit = self.ator.settings.rate_limit_per_minute
         if limit > 0:
             window = 60.0
-            if await self.ator.coord.hit(f"rl:{p.org_id}:{p.user_id}", window) > limit:
+            if await self.ator.count_hit(f"rl:{p.org_id}:{p.user_id}", window) > limit:
                 raise RateLimited(f"more than {limit} requests this minute",
                                   retry_after=window - (time.time() % window))
 
