@@ -38,7 +38,7 @@ from ator.cost.prices import PriceTable
 from ator.engine import stream
 from ator.engine.access import Access
 from ator.engine.actor import Actor, lease_key
-from ator.engine.compaction import ContextPolicy
+from ator.engine.context_policy import ContextPolicy
 from ator.engine.follow import TurnFollow
 from ator.engine.inspector import Inspector
 from ator.engine.mcp import McpMethods, McpService, StoredResults
