@@ -170,7 +170,7 @@ class TurnStart:
     deleted: bool
     monthly_budget_usd: Decimal | None  # the limit in force: min(org budget, ceiling)
     history: list[dict[str, Any]]
-    # The editable prompt layers in force (store/prompts.py), read in the same statement.
+    # The editable prompt layers in force (store/layer_versions.py), read in the same statement.
     instructions_version: int = 0
     policy: str = ""
     policy_version: int = 0
