@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Path, Query
 
 from ator.api.auth import get_ator, require
 from ator.api.schemas import InstructionsIn, PolicyIn
-from ator.engine.prompts import LayerText, LayerVersion
+from ator.engine.instructions import LayerText, LayerVersion
 from ator.engine.runtime import Ator
 from ator.store.records import Principal
 

@@ -41,9 +41,9 @@ from ator.engine.actor import Actor, lease_key
 from ator.engine.context_policy import ContextPolicy
 from ator.engine.follow import TurnFollow
 from ator.engine.inspector import Inspector
+from ator.engine.instructions import Prompts
 from ator.engine.mcp import McpMethods, McpService, StoredResults
 from ator.engine.mcp_notices import McpNotices
-from ator.engine.prompts import Prompts
 from ator.engine.publish import Publisher, want_deltas
 from ator.engine.reaper import Reaper
 from ator.engine.stream import ThreadFollow
