@@ -60,7 +60,7 @@ def test_sse_socket_packets_and_responses_use_the_one_encoder_with_the_same_mean
 
     from ator.api.app import create_app
     from ator.api.responses import JsonResponse
-    from ator.api.stream import sse
+    from ator.api.sse import sse
     from ator.realtime.feed import Feeds
 
     frame = _frame()
