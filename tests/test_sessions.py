@@ -155,7 +155,7 @@ async def test_a_socket_rides_the_cookie_only_with_its_csrf_token_and_origin(
     app: Any,
 ) -> None:
     application, runtime, key = app
-    application.state.gateway.attach(runtime)
+    application.state.sockets.attach(runtime)
     try:
         async with serve(application) as base, _client(application) as client:
             csrf = (await _login(client, key))["csrf_token"]
@@ -184,7 +184,7 @@ async def test_a_socket_rides_the_cookie_only_with_its_csrf_token_and_origin(
             assert refused and refused[0]["data"]["code"] == "csrf_failed", refused
             assert await connect({"csrf": csrf}, origin="https://evil.example") is not None
     finally:
-        await application.state.gateway.close()
+        await application.state.sockets.close()
 
 
 async def test_the_console_is_served_with_cache_headers_and_a_fallback(

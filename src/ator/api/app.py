@@ -24,7 +24,7 @@ from ator.engine.runtime import Ator
 from ator.obs import gctune
 from ator.obs.logging import configure_logging
 from ator.providers.base import Provider
-from ator.realtime import Gateway, SocketRoute
+from ator.realtime import SocketRoute, SocketServer
 from ator.settings import Settings
 
 __all__ = ["announce_bootstrap", "create_app", "worker_app"]
@@ -49,14 +49,14 @@ def create_app(
         owned = runtime is None
         rt = runtime or await Ator.open(settings, providers=providers)
         app.state.ator = rt
-        gateway.attach(rt)
+        sockets.attach(rt)
         try:
             announce_bootstrap(await rt.access.bootstrap())
             if owned:  # a served process, not a test's runtime
                 gctune.tune(settings.gc_thresholds)
             yield
         finally:
-            await gateway.close()
+            await sockets.close()
             if owned:
                 await rt.close()
 
@@ -69,11 +69,11 @@ def create_app(
     )
     app.state.wait_slots = WaitSlots(per_user=settings.max_waits_per_user,
                                      per_org=settings.max_waits_per_org)
-    # The socket gateway (ator.realtime) shares the app: /socket.io/ goes to it. With no
-    # lifespan (tests), whoever sets app.state.ator attaches and closes app.state.gateway.
-    gateway = Gateway(redis_url=settings.redis_url, channel=f"{settings.redis_prefix}socketio")
-    app.state.gateway = gateway
-    app.add_middleware(SocketRoute, gateway=gateway)
+    # The socket server (ator.realtime) shares the app: /socket.io/ goes to it. With no
+    # lifespan (tests), whoever sets app.state.ator attaches and closes app.state.sockets.
+    sockets = SocketServer(redis_url=settings.redis_url, channel=f"{settings.redis_prefix}socketio")
+    app.state.sockets = sockets
+    app.add_middleware(SocketRoute, server=sockets)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_problem_handlers(app)
     for module in (ops, orgs, sessions, setups, threads, sse, mcp_servers, instructions, calls):

@@ -1,4 +1,4 @@
-"""The socket gateway: socket.io on ASGI in the API's app (layer: realtime; imports socketio,
+"""The socket server: socket.io on ASGI in the API's app (layer: realtime; imports socketio,
 engine.runtime, engine.stream, store.keys, security.sessions, realtime.connection).
 
 Connect with an API key (`auth={"key": ...}` or `Authorization: Bearer`), or with the
@@ -53,7 +53,7 @@ from ator.security.sessions import SESSION_COOKIE, csrf_valid
 from ator.store.records import Event, Principal
 from ator.store.scope import Scope
 
-__all__ = ["Gateway"]
+__all__ = ["SocketServer"]
 
 log = get_logger("ator.realtime")
 
@@ -66,7 +66,7 @@ class Unauthenticated(AtorError):
     status = 401
 
 
-class Gateway:
+class SocketServer:
     """The socket.io server of one replica. `asgi` is its ASGI app (path /socket.io/);
     `attach(ator)` once the runtime is open, `close()` before it closes."""
 
@@ -325,15 +325,15 @@ def _problem(exc: AtorError) -> dict[str, Any]:
 
 
 class SocketRoute:
-    """ASGI middleware sending /socket.io/ (HTTP long-polling and WebSocket) to the gateway
+    """ASGI middleware sending /socket.io/ (HTTP long-polling and WebSocket) to the socket server
     and everything else to the app it wraps."""
 
-    def __init__(self, app: Any, gateway: Gateway) -> None:
+    def __init__(self, app: Any, server: SocketServer) -> None:
         self.app = app
-        self.gateway = gateway
+        self.server = server
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] in ("http", "websocket") and scope["path"].startswith("/socket.io/"):
-            await self.gateway.asgi(scope, receive, send)
+            await self.server.asgi(scope, receive, send)
             return
         await self.app(scope, receive, send)
