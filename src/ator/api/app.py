@@ -15,7 +15,20 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import ator
-from ator.api import calls, instructions, mcp_servers, ops, orgs, sessions, setups, sse, threads
+from ator.api import (
+    calls,
+    instructions,
+    keys,
+    mcp_servers,
+    ops,
+    orgs,
+    secrets,
+    sessions,
+    setups,
+    sse,
+    threads,
+    tree_caps,
+)
 from ator.api.console import mount_console
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
@@ -76,7 +89,8 @@ def create_app(
     app.add_middleware(SocketRoute, server=sockets)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_problem_handlers(app)
-    for module in (ops, orgs, sessions, setups, threads, sse, mcp_servers, instructions, calls):
+    for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
+                   mcp_servers, instructions, calls):
         app.include_router(module.router)
     mount_console(app, settings.web_dir)
     return app
