@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from ator.engine.mcp import StoredResults, read_tool_result
+from ator.engine.tool_results import StoredResults, read_tool_result
 from ator.errors import NotFound
 from ator.mcp.client import McpEndpoint, RemoteTool
 from ator.mcp.pool import McpPool

@@ -1,8 +1,9 @@
 """MCP servers as org resources, and what turns mount from them (layer: engine; imports
 store.mcp_servers, store.secrets, mcp.*, tools.base, net, errors).
 
-`McpService` owns the session pool, the per-turn `McpToolset`, the stored-results service
-that `read_tool_result` pages through, and the catalog a turn reads (the org's enabled
+`McpService` owns the session pool, the per-turn `McpToolset`, the stored results
+(engine.tool_results) that `read_tool_result` pages through, `web_fetch`'s gate
+(engine.gated) and the catalog a turn reads (the org's enabled
 servers with their secret references resolved). `McpMethods` is mixed into `Ator`: CRUD
 and `test_mcp_server` with the checks a tenant's input needs — http only (stdio servers
 come from the operator's settings), a URL the egress guard may reach, headers as secret
@@ -12,18 +13,18 @@ references only.
 from __future__ import annotations
 
 import logging
-import math
 import re
-import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from ator.errors import AtorError, SecretError, ToolError, ValidationFailed
+from ator.engine.gated import PolicyGated
+from ator.engine.recent import Recent
+from ator.engine.tool_results import StoredResults, read_tool_result
+from ator.errors import AtorError, SecretError, ValidationFailed
 from ator.mcp.client import McpEndpoint, McpSession, RemoteTool
 from ator.mcp.pool import McpPool
 from ator.mcp.toolset import McpToolset, MountedServer
@@ -32,16 +33,12 @@ from ator.security.crypto import MasterKey
 from ator.settings import Settings
 from ator.store import mcp_servers as server_store
 from ator.store import secrets as secret_store
-from ator.store import setups as setup_store
 from ator.store.database import Database
 from ator.store.mcp_servers import McpServer
 from ator.store.scope import Scope
-from ator.tools.base import Tool, ToolContext
-from ator.tools.toolset import ToolScope
 from ator.tools.web import web_fetch_tool
 
-__all__ = ["McpMethods", "McpServerIn", "McpService", "PolicyGated", "StoredResults",
-           "read_tool_result"]
+__all__ = ["McpMethods", "McpServerIn", "McpService"]
 
 log = logging.getLogger(__name__)
 
@@ -80,50 +77,6 @@ def _invalid(exc: ValidationError) -> ValidationFailed:
                             errors=errors)
 
 
-class StoredResults:
-    """Tool results too long for one read, stored whole per org and thread."""
-
-    def __init__(self, db: Database, page_chars: int) -> None:
-        self.db = db
-        self.page_chars = page_chars
-
-    async def stash(self, ctx: ToolContext, text: str) -> str:
-        rid = await server_store.save_result(self.db, Scope(ctx.org_id), ctx.thread_id, text)
-        return str(rid)
-
-    async def page(self, org_id: UUID, result_id: str, page: int) -> tuple[str, int]:
-        try:
-            rid = UUID(result_id)
-        except ValueError:
-            raise ToolError(f"{result_id!r} is not a stored result id") from None
-        text = await server_store.read_result(self.db, Scope(org_id), rid)
-        pages = max(1, math.ceil(len(text) / self.page_chars))
-        if not 1 <= page <= pages:
-            raise ToolError(f"page {page} does not exist; pages are 1..{pages}")
-        start = (page - 1) * self.page_chars
-        return text[start:start + self.page_chars], pages
-
-
-async def _read_tool_result(args: dict[str, Any], ctx: ToolContext) -> str:
-    results = ctx.service(StoredResults)
-    page = int(args.get("page", 1))
-    text, pages = await results.page(ctx.org_id, str(args["id"]), page)
-    more = f" Next: read_tool_result(id=\"{args['id']}\", page={page + 1})." \
-        if page < pages else " This is the last page."
-    return f"[stored result {args['id']}: page {page} of {pages}.{more}]\n{text}"
-
-
-read_tool_result = Tool(
-    name="read_tool_result",
-    description="Read one page of a tool result that was too long to show at once "
-                "(the cut result names its id and the page count).",
-    input_schema={"type": "object", "properties": {
-        "id": {"type": "string"}, "page": {"type": "integer", "minimum": 1}},
-        "required": ["id"], "additionalProperties": False},
-    handler=_read_tool_result, read_only=True,
-)
-
-
 class McpService:
     """The process's MCP machinery (one per `Ator`)."""
 
@@ -137,7 +90,7 @@ class McpService:
                             max_sessions=settings.mcp_max_sessions,
                             max_per_org=settings.mcp_max_sessions_per_org)
         self.results = StoredResults(db, settings.mcp_result_chars)
-        self.recent = _Recent(settings.mcp_catalog_ttl)
+        self.recent = Recent(settings.mcp_catalog_ttl)
         self.gated = PolicyGated(db, [web_fetch_tool(self.egress)], settings.mcp_catalog_ttl)
         self.toolset = McpToolset(self, self.pool,
                                   description_chars=settings.mcp_description_chars,
@@ -185,55 +138,6 @@ class McpService:
                                                          for t in server.catalog]
             out.append(MountedServer(server.id, endpoint, tools, server.allow, server.deny))
         return out
-
-
-class _Recent:
-    """A small per-process cache with a TTL: what a turn reads at its start (the org's MCP
-    servers, a setup's policy) is read once per TTL, not once per turn, so a turn costs no
-    statement more than before. Writes through this process drop their entry at once; another
-    replica's writes are seen within the TTL."""
-
-    def __init__(self, ttl: float, size: int = 4096) -> None:
-        self.ttl = ttl
-        self.size = size
-        self._items: OrderedDict[object, tuple[float, Any]] = OrderedDict()
-
-    def get(self, key: object) -> Any | None:
-        found = self._items.get(key)
-        if found is None or found[0] < time.monotonic():
-            return None
-        return found[1]
-
-    def put(self, key: object, value: Any) -> None:
-        self._items[key] = (time.monotonic() + self.ttl, value)
-        self._items.move_to_end(key)
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
-
-    def drop(self, key: object) -> None:
-        self._items.pop(key, None)
-
-
-class PolicyGated:
-    """Tools a turn gets only when its setup's tool policy names them in `allow` (off by
-    default, unlike native tools): `web_fetch`. One setup read per turn."""
-
-    name = "gated"
-
-    def __init__(self, db: Database, tools: Sequence[Tool], ttl: float = 5.0) -> None:
-        self.db = db
-        self._tools = tuple(tools)
-        self.recent = _Recent(ttl)
-
-    async def tools(self, scope: ToolScope) -> Sequence[Tool]:
-        key = (scope.org_id, scope.setup_id)
-        found: tuple[Tool, ...] | None = self.recent.get(key)
-        if found is None:
-            setup = await setup_store.get_setup(self.db, Scope(scope.org_id), scope.setup_id)
-            allow = setup.tool_policy.get("allow") or []
-            found = tuple(t for t in self._tools if t.name in allow)
-            self.recent.put(key, found)
-        return found
 
 
 class McpMethods:

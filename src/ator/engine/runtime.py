@@ -42,12 +42,13 @@ from ator.engine.context_policy import ContextPolicy
 from ator.engine.follow import TurnFollow
 from ator.engine.inspector import Inspector
 from ator.engine.instructions import Prompts
-from ator.engine.mcp import McpMethods, McpService, StoredResults
+from ator.engine.mcp import McpMethods, McpService
 from ator.engine.mcp_notices import McpNotices
 from ator.engine.publish import Publisher, want_deltas
 from ator.engine.reaper import Reaper
 from ator.engine.stream import ThreadFollow
 from ator.engine.tenancy import Tenancy
+from ator.engine.tool_results import StoredResults
 from ator.engine.turn import TurnRunner
 from ator.engine.wire import delta_channel
 from ator.errors import ConfigError, Conflict, EgressBlocked, ValidationFailed

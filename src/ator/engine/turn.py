@@ -37,9 +37,9 @@ from ator.cost.prices import PriceTable
 from ator.engine.budget import BudgetGate
 from ator.engine.config import FrozenConfig, freeze
 from ator.engine.context_policy import ContextPolicy
-from ator.engine.mcp import StoredResults
 from ator.engine.publish import Publisher
 from ator.engine.steps import StepWriter, TurnEnd, TurnLost
+from ator.engine.tool_results import StoredResults
 from ator.errors import AtorError
 from ator.obs.logging import get_logger
 from ator.obs.metrics import Metrics
