@@ -30,7 +30,7 @@ test: install
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench lint
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

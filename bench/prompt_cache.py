@@ -1,5 +1,5 @@
 """Prompt-cache hit ratio of a long tool session, with breakpoints placed as before this
-change and as now (bench entry point; imports ator.agent.prompt, ator.providers.anthropic,
+change and as now (bench entry point; imports ator.agent.system_prompt, ator.providers.anthropic,
 ator.testing.anthropic_wire).
 
     .venv/bin/python bench/prompt_cache.py [--iterations 60] [--result-kib 32]
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ator.agent.caps import Caps
-from ator.agent.prompt import build_system, prompt_layers
 from ator.agent.state import TurnContext
+from ator.agent.system_prompt import build_system, prompt_layers
 from ator.providers.anthropic import build_params
 from ator.providers.base import ModelRequest, ToolSpec
 from ator.testing.anthropic_wire import PromptCache

@@ -86,8 +86,8 @@ class AtorSystem:
 
     async def turn(self, thread: uuid.UUID) -> None:
         result = await self.ator.ask(self.scope, thread, QUESTION)
-        tool_results = [r for ev in result.events if ev["kind"] == "tool_results"
-                        for r in ev["data"]["results"]]
+        tool_results = [r for frame in result.events if frame["type"] == "tool_results"
+                        for r in frame["data"]["data"]["results"]]
         if (result.stop_reason != "end_turn" or result.text != ANSWER
                 or [(r["content"], r["is_error"]) for r in tool_results] != [(ANSWER, False)]):
             raise TurnFailed(f"ator turn ended {result.stop_reason!r} with {result.text!r}, "

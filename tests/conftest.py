@@ -10,6 +10,7 @@ against both coordinators.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import shutil
 import tempfile
@@ -166,11 +167,21 @@ async def wait_for_event(
     deadline = loop.time() + timeout
     seq = after_seq
     while (left := deadline - loop.time()) > 0:
-        for event in await ator.wait_events(scope, thread_id, after_seq=seq, timeout=left):
+        for frame in await ator.wait_events(scope, thread_id, after_seq=seq, timeout=left):
+            event = record_of(frame)
             seq = event.seq
             if predicate(event):
                 return event
     raise AssertionError("event did not arrive in time")
+
+
+def record_of(frame: dict[str, Any]) -> Event:
+    """The event a frame (engine/wire.py: `{v, seq, type, data}`) carries."""
+    record = frame["data"]
+    return Event(seq=frame["seq"], kind=frame["type"], data=record["data"],
+                 turn_id=uuid.UUID(record["turn_id"]) if record["turn_id"] else None,
+                 created_at=datetime.datetime.fromisoformat(record["created_at"]),
+                 thread_id=uuid.UUID(record["thread_id"]))
 
 
 def ended(event: Event) -> bool:

@@ -81,9 +81,9 @@ async def follow(client: httpx.AsyncClient, key: str, thread_id: str, kind: str,
     for _ in range(20):
         page = (await client.get(f"/v1/threads/{thread_id}/events", headers=auth(key),
                                  params={"after_seq": seq, "wait": 5})).json()
-        for event in page["data"]:
-            if event["kind"] == kind:
-                return dict(event)
+        for frame in page["data"]:
+            if frame["type"] == kind:
+                return dict(frame["data"])
         seq = page["last_seq"]
     raise AssertionError(f"no {kind} event")
 

@@ -24,7 +24,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from ator import Ator, Scope
-from ator.agent.prompt import CORE_VERSION
+from ator.agent.system_prompt import CORE_VERSION
 from ator.api.app import create_app
 from ator.cli.conversation import RemoteConversation, TurnFollower
 from ator.cli.main import app

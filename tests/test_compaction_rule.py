@@ -20,7 +20,7 @@ from ator.agent.compaction import (
 from ator.agent.history import build_messages, summary_message
 from ator.agent.windows import DEFAULT_WINDOW, LOCAL_WINDOW, context_window
 from ator.cli.render import TurnView
-from ator.engine.compaction import ContextPolicy
+from ator.engine.context_policy import ContextPolicy
 from ator.providers import anthropic, local, openai
 from ator.providers.base import ModelRequest
 from ator.providers.scripted import ScriptedProvider, ScriptStep

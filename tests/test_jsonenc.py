@@ -44,3 +44,35 @@ def test_non_string_keys_become_strings_and_canonical_sorts_keys() -> None:
     assert json.loads(jsonenc.dumps({1: "a", None: "b"})) == {"1": "a", "null": "b"}
     assert jsonenc.canonical({"b": 1, "a": {"d": 1, "c": 2}}) == b'{"a":{"c":2,"d":1},"b":1}'
     assert jsonenc.size({"t": "é"}) == len('{"t":"é"}'.encode())
+
+
+def _frame() -> dict[str, object]:
+    return {"v": 1, "seq": 7, "type": "assistant",
+            "data": {"id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+                     "at": datetime.datetime(2026, 11, 30, 14, 0, tzinfo=datetime.UTC),
+                     "usd": decimal.Decimal("0.0105"), "text": "héllo 日本"}}
+
+
+def test_sse_socket_packets_and_responses_use_the_one_encoder_with_the_same_meaning() -> None:
+    """SSE, socket packets and FastAPI's responses were each encoded their own way (stdlib,
+    ASCII-escaped); now all are ator.jsonenc's bytes, with the values they always had."""
+    from fastapi.responses import JSONResponse
+
+    from ator.api.app import create_app
+    from ator.api.responses import JsonResponse
+    from ator.api.sse import sse
+    from ator.realtime.feed import Feeds
+
+    frame = _frame()
+    lines = sse(frame).decode().splitlines()
+    assert lines[:2] == ["id: 7", "event: assistant"]
+    assert lines[2] == "data: " + jsonenc.dumps(frame)
+    assert json.loads(lines[2][6:]) == json.loads(stdlib(frame))
+
+    packet = Feeds._packet(frame)
+    assert packet.data == "2" + jsonenc.dumps(["frame", frame])
+
+    plain = json.loads(stdlib(frame))  # what FastAPI hands a response class: plain JSON types
+    assert JsonResponse(plain).body == jsonenc.encode(plain)
+    assert json.loads(JsonResponse(plain).body) == json.loads(JSONResponse(plain).body)
+    assert create_app().router.default_response_class is JsonResponse

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from ator.engine.mcp import McpServers, McpService, StoredResults, read_tool_result
+from ator.engine.mcp import McpServers, McpService
 from ator.errors import NotFound
 from ator.mcp.client import McpEndpoint, RemoteTool
 from ator.mcp.pool import McpPool
@@ -23,6 +23,7 @@ from ator.mcp.toolset import McpToolset, MountedServer
 from ator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from ator.tools.policy import parse_tool_policy
 from ator.tools.registry import ToolRegistry
+from ator.tools.results import StoredResults, read_tool_result
 from ator.tools.toolset import ToolScope, TurnTools
 from tests.mcp_servers import ServerState, demo_server, serve_mcp
 from tests.test_mcp_client import loopback_egress

@@ -9,8 +9,14 @@ from typing import Any
 
 from ator.agent.caps import Caps
 from ator.agent.inspection import describe, diff
-from ator.agent.prompt import CORE_PROMPT, CORE_VERSION, DATA_RULE, build_system, prompt_layers
 from ator.agent.state import TurnContext
+from ator.agent.system_prompt import (
+    CORE_PROMPT,
+    CORE_VERSION,
+    DATA_RULE,
+    build_system,
+    prompt_layers,
+)
 from ator.providers.anthropic import AnthropicProvider, build_params
 from ator.providers.base import ModelRequest, SystemBlock, ToolSpec
 from ator.providers.breakpoints import Breakpoint, plan_breakpoints

@@ -77,12 +77,12 @@ async def replica(make_ator: Any, gated: Gated, **overrides: Any
                          **overrides) as runtime:
         app = create_app(runtime.settings, runtime=runtime)
         app.state.ator = runtime
-        app.state.gateway.attach(runtime)
+        app.state.sockets.attach(runtime)
         try:
             async with serve(app) as base:
-                yield base, runtime, app.state.gateway
+                yield base, runtime, app.state.sockets
         finally:
-            await app.state.gateway.close()
+            await app.state.sockets.close()
 
 
 @pytest.fixture

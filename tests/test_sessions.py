@@ -279,7 +279,7 @@ async def test_a_socket_rides_the_cookie_only_with_its_csrf_token_and_origin(
     app: Any,
 ) -> None:
     application, runtime, key = app
-    application.state.gateway.attach(runtime)
+    application.state.sockets.attach(runtime)
     try:
         async with serve(application) as base, _client(application) as client:
             csrf = (await _login(client, key))["csrf_token"]
@@ -312,7 +312,7 @@ async def test_a_socket_rides_the_cookie_only_with_its_csrf_token_and_origin(
             refused = await connect({"csrf": csrf_token(key)})
             assert refused and refused[0]["data"]["code"] == "unauthenticated", refused
     finally:
-        await application.state.gateway.close()
+        await application.state.sockets.close()
 
 
 async def test_the_console_is_served_with_cache_headers_and_a_fallback(

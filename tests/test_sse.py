@@ -165,3 +165,28 @@ async def test_another_orgs_thread_is_not_found_and_a_key_is_required(served: An
                              headers={"Authorization": f"Bearer {other}",
                                       "Last-Event-ID": "x"})
         assert (r.status_code, r.json()["code"]) == (422, "invalid_cursor")
+
+
+async def test_event_pages_long_poll_and_sse_carry_the_same_frames(served: Any) -> None:
+    """One frame format for every transport: the event page, the long-poll and the stream
+    give the same `{v, seq, type, data}` frames for the same events (the page used to give
+    bare event records of its own shape)."""
+    base, ator = served
+    scope, thread = await new_thread(ator, "gated")
+    key = await member_key(ator, scope, "viewer")
+    await append_notes(ator, scope, thread.id, ["one", "two"])
+    async with httpx.AsyncClient(base_url=base, timeout=30,
+                                 headers={"Authorization": f"Bearer {key}"}) as client:
+        page = (await client.get(f"/v1/threads/{thread.id}/events")).json()
+        waiting = asyncio.create_task(client.get(f"/v1/threads/{thread.id}/events",
+                                                 params={"after_seq": 2, "wait": 20}))
+        async with stream(base, key, thread.id) as sse:
+            replayed = await sse.persisted(2)
+            await append_notes(ator, scope, thread.id, ["three"])
+            live = await sse.persisted(1)
+        polled = (await waiting).json()
+    strip = [{k: v for k, v in f.items() if not k.startswith("_")} for f in replayed + live]
+    assert page["data"] == strip[:2] and polled["data"] == strip[2:]
+    assert polled["last_seq"] == 3
+    assert [(f["v"], f["seq"], f["type"], f["data"]["data"]["text"]) for f in strip] == [
+        (1, 1, "note", "one"), (1, 2, "note", "two"), (1, 3, "note", "three")]

@@ -181,7 +181,7 @@ async def test_stopping_an_idle_root_says_how_many_descendants_it_stopped_on_the
                          rate_limit_per_minute=0) as ator:
         app = create_app(ator.settings, runtime=ator)
         app.state.ator = ator
-        app.state.gateway.attach(ator)
+        app.state.sockets.attach(ator)
         client = Client()
         try:
             async with serve(app) as base:
@@ -193,7 +193,7 @@ async def test_stopping_an_idle_root_says_how_many_descendants_it_stopped_on_the
                                   "descendants": 2}
                 await client.sio.disconnect()
         finally:
-            await app.state.gateway.close()
+            await app.state.sockets.close()
 
 
 async def test_the_depth_refusal_names_the_depth_the_spawn_would_make(make_ator) -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from ator.engine.mcp import McpService, PolicyGated
+from ator.engine.gated import PolicyGated
+from ator.engine.mcp import McpService
 from ator.errors import EgressBlocked
 from ator.net import Egress
 from ator.store.scope import Scope as OrgScope

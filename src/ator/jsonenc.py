@@ -8,6 +8,10 @@ not know natively (and datetimes and dataclasses, which it would otherwise rende
 way) goes through `str`, like `json.dumps(..., default=str)`; non-string keys become
 strings; an integer beyond 64 bits, which orjson refuses, falls back to the standard
 library. Output is compact and UTF-8 (no `\\uXXXX` escapes): the same JSON values.
+
+It is the one encoder of the process: what the engine writes, what the SSE endpoint and the
+socket gateway send, and FastAPI's JSON responses (api.responses) all go through it, and
+`loads` is its decoder (orjson's, for the same speed on the reading side).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["canonical", "dumps", "size"]
+__all__ = ["canonical", "dumps", "encode", "loads", "size"]
 
 _OPTIONS: Final = (orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
                    | orjson.OPT_NON_STR_KEYS)
@@ -34,6 +38,16 @@ def _encode(value: Any, options: int) -> bytes:
 def dumps(value: Any) -> str:
     """Compact JSON text of `value`."""
     return _encode(value, _OPTIONS).decode()
+
+
+def encode(value: Any) -> bytes:
+    """Compact JSON of `value` as UTF-8 bytes (what a response body or a socket packet sends)."""
+    return _encode(value, _OPTIONS)
+
+
+def loads(text: str | bytes) -> Any:
+    """The value of JSON text (raises ValueError, as the standard library's does)."""
+    return orjson.loads(text)
 
 
 def canonical(value: Any) -> bytes:

@@ -90,8 +90,7 @@ class Client:
     async def events(self, thread_id: str, after_seq: int = 0) -> list[Event]:
         page = await self.ok("GET", f"/v1/threads/{thread_id}/events",
                              params={"after_seq": after_seq, "limit": 1000})
-        events: list[Event] = page["data"]
-        return events
+        return _records(page["data"])
 
     async def turns(self, thread_id: str) -> list[dict[str, Any]]:
         page = await self.ok("GET", f"/v1/threads/{thread_id}/turns")
@@ -104,8 +103,7 @@ class Client:
         """One long-poll: events after `after_seq`, or [] when `wait` seconds pass first."""
         page = await self.ok("GET", f"/v1/threads/{thread_id}/events",
                              params={"after_seq": after_seq, "wait": wait, "limit": 1000})
-        events: list[Event] = page["data"]
-        return events
+        return _records(page["data"])
 
     async def follow(
         self,
@@ -128,3 +126,9 @@ class Client:
                     return seen
         kinds = [e["kind"] for e in seen]
         raise AssertionError(f"no matching event within {timeout:g}s; saw {kinds}")
+
+
+def _records(frames: list[dict[str, Any]]) -> list[Event]:
+    """The event records of a page of frames (`{v, seq, type, data}`, engine/wire.py)."""
+    assert all(f["v"] == 1 and f["type"] == f["data"]["kind"] for f in frames), frames
+    return [f["data"] for f in frames]

@@ -128,7 +128,7 @@ async def test_a_low_open_file_limit_warns_and_answers_503_not_500(
                     r = await client.get(f"/v1/threads/{thread_id}/events",
                                          params={"after_seq": seen, "wait": 20})
                     events = r.json()["data"]
-                    if any(e["kind"] == "turn_ended" for e in events):
+                    if any(e["type"] == "turn_ended" for e in events):
                         break
                     assert events, f"no turn end for {thread_id}"
                     seen = events[-1]["seq"]

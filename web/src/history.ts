@@ -1,5 +1,5 @@
 // A chat's history over HTTP, newest page first: `GET /v1/threads/{id}/events?before=N&limit=M`
-// answers the last M events below seq N, oldest first, and whether older ones exist. The chat
+// answers the frames of the last M events below seq N, oldest first, and whether older ones exist. The chat
 // opens on the latest page, follows the socket from its last seq, and reads the page before
 // its oldest one when the reader scrolls up: no replay from seq 0, and memory grows with what
 // was scrolled through, not with the thread's length.
@@ -15,26 +15,14 @@ export interface Page {
   lastSeq: number | null;
 }
 
-interface WireEvent {
-  seq: number;
-  kind: string;
-  data: any;
-  turn_id: string | null;
-  created_at: string;
-}
-
-/** An event as the socket would have sent it (engine.stream's frame of a persisted event). */
-function asFrame(threadId: string, e: WireEvent): Frame {
-  return { v: 1, seq: e.seq, type: e.kind, data: { ...e, thread_id: threadId } };
-}
-
 /** The page of events below seq `before` (null: the latest page). */
 export async function readPage(threadId: string, before: number | null, lastSeq: number): Promise<Page> {
   const below = before ?? lastSeq + 1;
   if (below <= 1) return { frames: [], hasOlder: false, firstSeq: null, lastSeq: null };
   const q = new URLSearchParams({ before: String(below), limit: String(PAGE_EVENTS) });
-  const r = await api<{ data: WireEvent[]; has_older: boolean }>("GET", `/v1/threads/${threadId}/events?${q}`);
-  const frames = r.data.map((e) => asFrame(threadId, e));
+  // The page holds the same frames the socket sends ({v, seq, type, data}: engine/wire.py).
+  const r = await api<{ data: Frame[]; has_older: boolean }>("GET", `/v1/threads/${threadId}/events?${q}`);
+  const frames = r.data;
   return {
     frames,
     hasOlder: r.has_older,

@@ -25,11 +25,11 @@ The functions below the hook are pure and tested on their own.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ator import jsonenc
 from ator.agent.history import summary_message
 from ator.agent.hooks import LoopHook, StopTurn
 from ator.agent.loop import StepSink, call_model
@@ -82,8 +82,7 @@ class ContextLimits:
 
 def message_bytes(message: Message) -> int:
     """Serialized size of one message, as `request_bytes` counts it."""
-    return len(json.dumps(message, ensure_ascii=False, separators=(",", ":"),
-                          default=str).encode()) + 1
+    return jsonenc.size(message) + 1
 
 
 def cut_points(messages: Sequence[Message]) -> list[int]:
@@ -136,7 +135,7 @@ def render_transcript(messages: Sequence[Message], limit: int, item_limit: int) 
             if kind == "text" and b.get("text"):
                 parts.append(f"{who}: {_clip(str(b['text']), item_limit)}")
             elif kind == "tool_use":
-                args = json.dumps(b.get("input", {}), ensure_ascii=False)
+                args = jsonenc.dumps(b.get("input", {}))
                 parts.append(f"Assistant called tool {b.get('name')}: {_clip(args, item_limit)}")
             elif kind == "tool_result":
                 state = " (error)" if b.get("is_error") else ""

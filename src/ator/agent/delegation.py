@@ -1,6 +1,6 @@
 """The core prompt's delegation section (layer: agent; imports nothing).
 
-Kept apart from `agent/prompt.py` so the prompt builder can change shape without touching
+Kept apart from `agent/system_prompt.py` so the prompt builder can change shape without touching
 the guidance, and the guidance without touching the builder.
 """
 

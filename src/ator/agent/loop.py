@@ -39,8 +39,8 @@ from typing import Any, Protocol
 from ator.agent.history import injected_blocks
 from ator.agent.hooks import Injection, LoopHook, StopTurn
 from ator.agent.inspection import describe
-from ator.agent.prompt import build_system, prompt_layers
 from ator.agent.state import PartialCall, TurnContext, TurnState
+from ator.agent.system_prompt import build_system, prompt_layers
 from ator.cost.prices import Priced, PriceTable
 from ator.errors import ProviderError
 from ator.providers.base import (

@@ -42,7 +42,7 @@ class TurnContext:
     caps: Caps
     cache: bool = True
     config_hash: str = ""
-    # The versioned prompt layers in force (agent/prompt.py builds the system prompt).
+    # The versioned prompt layers in force (agent/system_prompt.py builds the system prompt).
     persona_version: int = 0
     instructions_version: int = 0
     policy: str = ""

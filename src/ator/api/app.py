@@ -17,16 +17,31 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import ator
-from ator.api import catalog, mcp_servers, ops, orgs, prompts, sessions, setups, stream, threads
+from ator.api import (
+    calls,
+    catalog,
+    instructions,
+    keys,
+    mcp_servers,
+    ops,
+    orgs,
+    secrets,
+    sessions,
+    setups,
+    sse,
+    threads,
+    tree_caps,
+)
 from ator.api.console import mount_console
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
+from ator.api.responses import JsonResponse
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.obs import gctune
 from ator.obs.logging import configure_logging
 from ator.providers.base import Provider
-from ator.realtime import Gateway, SocketRoute
+from ator.realtime import SocketRoute, SocketServer
 from ator.settings import Settings
 
 __all__ = ["announce_bootstrap", "create_app", "worker_app"]
@@ -51,7 +66,7 @@ def create_app(
         owned = runtime is None
         rt = runtime or await Ator.open(settings, providers=providers)
         app.state.ator = rt
-        gateway.attach(rt)
+        sockets.attach(rt)
         try:
             announce_bootstrap(await rt.service(Access).bootstrap())
             if owned:  # a served process, not a test's runtime
@@ -60,7 +75,7 @@ def create_app(
                 await rt.start_jobs()
             yield
         finally:
-            await gateway.close()
+            await sockets.close()
             if owned:
                 await rt.close()
 
@@ -69,14 +84,15 @@ def create_app(
         version=ator.__version__,
         description="Self-hosted, multi-tenant runtime for LLM agents.",
         lifespan=lifespan,
+        default_response_class=JsonResponse,  # one JSON encoder: ator.jsonenc
     )
     app.state.wait_slots = WaitSlots(per_user=settings.max_waits_per_user,
                                      per_org=settings.max_waits_per_org)
-    # The socket gateway (ator.realtime) shares the app: /socket.io/ goes to it. With no
-    # lifespan (tests), whoever sets app.state.ator attaches and closes app.state.gateway.
-    gateway = Gateway(redis_url=settings.redis_url, channel=f"{settings.redis_prefix}socketio")
-    app.state.gateway = gateway
-    app.add_middleware(SocketRoute, gateway=gateway)
+    # The socket server (ator.realtime) shares the app: /socket.io/ goes to it. With no
+    # lifespan (tests), whoever sets app.state.ator attaches and closes app.state.sockets.
+    sockets = SocketServer(redis_url=settings.redis_url, channel=f"{settings.redis_prefix}socketio")
+    app.state.sockets = sockets
+    app.add_middleware(SocketRoute, server=sockets)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     if settings.trusted_proxies:
         # Outermost, so every route and the socket gateway see the client the operator's
@@ -87,7 +103,8 @@ def create_app(
         app.add_middleware(ProxyHeadersMiddleware,
                            trusted_hosts=list(settings.trusted_proxies))
     install_problem_handlers(app)
-    for module in (ops, orgs, sessions, setups, threads, stream, mcp_servers, prompts, catalog):
+    for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
+                   mcp_servers, instructions, calls, catalog):
         app.include_router(module.router)
     mount_console(app, settings.web_dir)
     return app

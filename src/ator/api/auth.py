@@ -25,14 +25,14 @@ from ator.context import org_id_var, request_id_var
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.errors import AtorError, Forbidden, RateLimited
+from ator.security.roles import check_role, has_role
 from ator.security.sessions import CSRF_HEADER, csrf_valid, session_from_cookies
 from ator.store.records import Principal
 
-__all__ = ["ROLE_RANK", "credential", "get_ator", "require"]
+__all__ = ["credential", "get_ator", "require"]
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-ROLE_RANK = {"viewer": 0, "member": 1, "admin": 2}
 _WINDOW = 60.0
 
 
@@ -86,7 +86,7 @@ async def _principal(request: Request, ator: Ator = Depends(get_ator)) -> Princi
     org_id_var.set(str(principal.org_id))
     limit = ator.settings.rate_limit_per_minute
     if limit > 0:
-        count = await ator.coord.hit(f"rl:{principal.org_id}:{principal.user_id}", _WINDOW)
+        count = await ator.count_hit(f"rl:{principal.org_id}:{principal.user_id}", _WINDOW)
         if count > limit:
             raise RateLimited(f"more than {limit} requests this minute",
                               retry_after=_WINDOW - (time.time() % _WINDOW))
@@ -95,11 +95,10 @@ async def _principal(request: Request, ator: Ator = Depends(get_ator)) -> Princi
 
 def require(role: str) -> Callable[..., Awaitable[Principal]]:
     """A dependency admitting principals with at least `role` (viewer < member < admin)."""
-    needed = ROLE_RANK[role]
+    has_role(role, role)  # an unknown role fails here, at import, not on a request
 
     async def dependency(principal: Principal = Depends(_principal)) -> Principal:
-        if ROLE_RANK[principal.role] < needed:
-            raise Forbidden(f"this needs the {role} role; the key has {principal.role}")
+        check_role(principal.role, role)
         return principal
 
     return dependency

@@ -18,8 +18,7 @@ from ator.api.schemas import McpServerBody, McpServerPatch
 from ator.engine.mcp import McpServers
 from ator.engine.runtime import Ator
 from ator.security.redact import redact
-from ator.store.mcp_servers import McpServer
-from ator.store.records import Principal
+from ator.store.records import McpServer, Principal
 
 router = APIRouter(prefix="/v1/mcp-servers")
 

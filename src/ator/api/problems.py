@@ -11,9 +11,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ator.api.responses import JsonResponse
 from ator.errors import AtorError, RateLimited, ValidationFailed
 from ator.obs.logging import get_logger
 
@@ -32,7 +32,7 @@ _HTTP_CODES = {
 def problem(
     status: int, code: str, detail: str, *, headers: dict[str, str] | None = None,
     **extra: Any,
-) -> JSONResponse:
+) -> JsonResponse:
     body = {
         "type": f"https://ator.dev/problems/{code}",
         "title": code.replace("_", " ").capitalize(),
@@ -41,13 +41,13 @@ def problem(
         "code": code,
         **extra,
     }
-    return JSONResponse(body, status_code=status, headers=headers,
+    return JsonResponse(body, status_code=status, headers=headers,
                         media_type="application/problem+json")
 
 
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(AtorError)
-    async def _ator_error(request: Request, exc: AtorError) -> JSONResponse:
+    async def _ator_error(request: Request, exc: AtorError) -> JsonResponse:
         headers = None
         if isinstance(exc, RateLimited):
             headers = {"Retry-After": str(max(1, int(exc.retry_after + 0.999)))}
@@ -59,7 +59,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         return problem(exc.status, exc.code, exc.message, headers=headers, **extra)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JsonResponse:
         errors = [
             {"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", "")),
              "type": str(err.get("type", ""))}
@@ -68,12 +68,12 @@ def install_problem_handlers(app: FastAPI) -> None:
         return problem(422, "validation_failed", "the request is not valid", errors=errors)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JsonResponse:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return problem(exc.status_code, code, str(exc.detail),
                        headers=dict(exc.headers or {}) or None)
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JsonResponse:
         log.exception("unhandled error")
         return problem(500, "internal_error", "an internal error occurred")

@@ -10,12 +10,13 @@ and bounded by the runtime where they are written (`providers.config`, `tools.po
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ator.security.limits import CLIENT_MESSAGE_ID, MESSAGE_CHARS, check_storable
+from ator.security.roles import Role
 
 __all__ = [
     "KeyIn",
@@ -88,7 +89,7 @@ class TreeCapsIn(_Body):
 
 class KeyIn(_Body):
     name: str = Name
-    role: Literal["admin", "member", "viewer"]
+    role: Role
     email: str = Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")
 
 

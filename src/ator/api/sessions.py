@@ -46,7 +46,7 @@ async def login(body: LoginIn, request: Request, response: Response,
     # The peer, or the client a trusted proxy names (ATOR_TRUSTED_PROXIES, api.app).
     client = request.client.host if request.client else "unknown"
     key = body.key.strip()
-    throttle = LoginThrottle(ator.coord)
+    throttle = ator.service(LoginThrottle)
     await throttle.check(client, key)
     opened = await ator.service(Access).open_session(key)
     if opened is None:

@@ -121,13 +121,14 @@ async def list_events(
     if wait > 0:
         slots: WaitSlots = request.app.state.wait_slots
         with slots.hold(p.org_id, p.user_id):
-            found = await ator.wait_events(p.scope, thread_id, after_seq=after_seq,
-                                           timeout=wait, limit=limit)
+            frames = await ator.wait_events(p.scope, thread_id, after_seq=after_seq,
+                                            timeout=wait, limit=limit)
     else:
         await ator.thread(p.scope, thread_id)
         found = await ator.events(p.scope, thread_id, after_seq=after_seq, limit=limit)
-    last = found[-1].seq if found else after_seq
-    return {"data": [views.event(e) for e in found], "last_seq": last}
+        frames = [views.event(thread_id, e) for e in found]
+    last = frames[-1]["seq"] if frames else after_seq
+    return {"data": frames, "last_seq": last}
 
 
 async def _events_before(ator: Ator, p: Principal, thread_id: UUID, *, before: int,
@@ -137,7 +138,7 @@ async def _events_before(ator: Ator, p: Principal, thread_id: UUID, *, before: i
         raise ValidationFailed("before pages backwards; it cannot be combined with "
                                "after_seq or wait", code="invalid_query")
     found, older = await ator.events_before(p.scope, thread_id, before=before, limit=limit)
-    return {"data": [views.event(e) for e in found],
+    return {"data": [views.event(thread_id, e) for e in found],
             "last_seq": found[-1].seq if found else None, "has_older": older}
 
 

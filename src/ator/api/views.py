@@ -7,6 +7,7 @@ already redacted when stored; they are redacted again on the way out.
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from ator.engine.wire import event_frame
 from ator.security.redact import redact
@@ -65,9 +66,9 @@ def item(i: MailboxItem, *, created: bool) -> dict[str, Any]:
     }
 
 
-def event(e: Event) -> dict[str, Any]:
-    """The one wire format of an event (engine/wire.py), as every other reader sees it."""
-    return event_frame(e)
+def event(thread_id: UUID, e: Event) -> dict[str, Any]:
+    """The one frame format of an event (engine/wire.py), as every other reader sees it."""
+    return event_frame(thread_id, e)
 
 
 def turn(t: Turn) -> dict[str, Any]:

@@ -24,8 +24,9 @@ from ator.cli.render import console, err_console, fail, money
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.engine.tenancy import Tenancy
+from ator.security.roles import ROLES
 from ator.store.records import ApiKey
-from ator.store.scope import ROLES, Scope
+from ator.store.scope import Scope
 
 __all__ = ["admin_app"]
 

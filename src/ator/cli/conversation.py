@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,9 +23,7 @@ from uuid import UUID
 from ator.cli.remote import ApiClient
 from ator.cli.render import TurnView
 from ator.engine.follow import TurnFollow
-from ator.engine.publish import want_deltas
 from ator.engine.runtime import Ator
-from ator.engine.wire import delta_channel, event_frame
 from ator.store.scope import Scope
 
 __all__ = ["Conversation", "LocalConversation", "RemoteConversation", "Sent", "TurnFollower"]
@@ -69,9 +66,8 @@ class LocalConversation:
         return Sent(str(item.id), thread.last_seq)
 
     async def events(self, after_seq: int, wait: float) -> list[dict[str, Any]]:
-        found = await self.ator.wait_events(self.scope, self._id, after_seq=after_seq,
-                                            timeout=wait)
-        return [event_frame(e) for e in found]
+        return await self.ator.wait_events(self.scope, self._id, after_seq=after_seq,
+                                           timeout=wait)
 
     async def stop(self) -> None:
         await self.ator.stop(self.scope, self._id)
@@ -93,13 +89,12 @@ class LocalConversation:
         await ready.wait()
 
     async def _read_deltas(self, ready: asyncio.Event) -> None:
-        async with self.ator.coord.subscribe(delta_channel(self._id)) as sub:
-            await want_deltas(self.ator.coord, self._id)
+        async with self.ator.deltas(self._id) as batches:
             ready.set()
-            async for _channel, message in sub:
-                for frame in json.loads(message):
+            async for batch in batches:
+                for delta in batch:
                     for view in list(self._views):
-                        view.delta(frame)
+                        view.delta(delta)
 
     async def aclose(self) -> None:
         if self._deltas is not None:
@@ -160,11 +155,11 @@ class TurnFollower:
                 raise TimeoutError(f"the turn did not end within {timeout:g}s")
             frames = await self.conversation.events(follow.seq, min(_WAIT, left))
             for frame in follow.feed(frames):
-                if frame["kind"] == "message":
+                if frame["type"] == "message":
                     if frame is follow.frames[0]:
                         self.view.started(str(follow.turn_id))
                     continue
-                self.view.event(frame)
+                self.view.event(frame["data"])  # the renderer draws the event record
             if follow.ended is not None:
                 self.view.ended(follow.ended, loop.time() - self._started)
         return follow.ended

@@ -17,14 +17,10 @@ import resource
 from dataclasses import dataclass
 from pathlib import Path
 
-import sqlalchemy as sa
 import typer
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from rich.table import Table
 from rich.text import Text
 
-import ator.store
 from ator.cli.edge import describe_database, load_settings
 from ator.cli.openfiles import plan_files
 from ator.cli.render import console
@@ -35,7 +31,12 @@ from ator.net.guard import origin
 from ator.providers.registry import default_provider
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
-from ator.store.database import Database, open_database
+from ator.store.database import (
+    applied_migrations,
+    migration_heads,
+    open_database,
+    server_version,
+)
 
 __all__ = ["Check", "doctor", "run_checks"]
 
@@ -93,28 +94,14 @@ async def run_checks(settings: Settings) -> list[Check]:
     return checks
 
 
-def _heads() -> set[str]:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(Path(ator.store.__file__).parent / "migrations"))
-    return set(ScriptDirectory.from_config(cfg).get_heads())
-
-
-async def _applied(db: Database) -> set[str]:
-    """The migration heads recorded in the database (none before the first migration)."""
-    exists = (await db.read(sa.text("SELECT to_regclass('alembic_version') IS NOT NULL")))[0][0]
-    if not exists:
-        return set()
-    return {r[0] for r in await db.read(sa.text("SELECT version_num FROM alembic_version"))}
-
-
 async def _database(settings: Settings) -> list[Check]:
     where = describe_database(settings)
     db = None
     try:
         db = await asyncio.wait_for(open_database(settings, run_migrations=False), _TIMEOUT)
         async with asyncio.timeout(_TIMEOUT):
-            version = (await db.read(sa.text("SHOW server_version")))[0][0]
-            current = await _applied(db)
+            version = await server_version(db)
+            current = await applied_migrations(db)
     # A report, not a crash: whatever stops the connection is what the user must see.
     except Exception as exc:
         fix = ("check ATOR_DATABASE_URL and that the server accepts connections"
@@ -128,7 +115,7 @@ async def _database(settings: Settings) -> list[Check]:
         if db is not None:
             await db.close()
     checks = [Check("database", "ok", f"PostgreSQL {version} · {where}", required=True)]
-    heads = _heads()
+    heads = migration_heads()
     if current == heads:
         checks.append(Check("migrations", "ok", f"at head ({', '.join(sorted(heads))})",
                             required=True))

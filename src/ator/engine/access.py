@@ -23,8 +23,6 @@ from collections import OrderedDict
 from datetime import datetime
 from uuid import UUID
 
-import sqlalchemy as sa
-
 from ator.errors import Conflict
 from ator.security.keys import hash_key, parse_prefix
 from ator.security.sessions import hash_session, is_session_token, new_session_token
@@ -42,16 +40,6 @@ AUTH_CACHE_TTL = 10.0  # seconds a cached principal is trusted (revocation delay
 _TOUCH_EVERY = 60.0  # seconds between writes of one key's last_used_at
 _CACHE_SIZE = 10_000
 _BOOTSTRAP_LOCK = 0x61746F73  # pg advisory lock key serializing the first start
-
-_LOOKUP = sa.text("""
-SELECT k.id, k.org_id, k.user_id, k.role,
-       COALESCE((o.settings ->> 'operator')::boolean, false) AS operator,
-       EXTRACT(EPOCH FROM now() - COALESCE(k.last_used_at, 'epoch'::timestamptz)) AS idle
-  FROM api_keys k JOIN orgs o ON o.id = k.org_id
- WHERE k.hash = :hash AND k.revoked_at IS NULL
-""")
-_TOUCH = sa.text("UPDATE api_keys SET last_used_at = now() WHERE id = :id")
-
 
 class Access:
     def __init__(self, db: Database, settings: Settings) -> None:
@@ -73,18 +61,17 @@ class Access:
             self._cache.move_to_end(digest)
             principal, _cached, touched = hit
             if now - touched >= _TOUCH_EVERY:
-                await self._db.write(_TOUCH, {"id": principal.key_id})
+                await key_store.touch_key(self._db, principal.key_id)
                 self._cache[digest] = (principal, hit[1], now)
             return principal
-        rows = await self._db.read(_LOOKUP, {"hash": digest})
-        if not rows:
+        found = await key_store.key_principal(self._db, digest)
+        if found is None:
             self._cache.pop(digest, None)
             return None
-        row = rows[0]
-        principal = Principal(row.org_id, row.user_id, row.role, row.id, bool(row.operator))
-        touched = hit[2] if hit is not None else now - float(row.idle)
+        principal, idle = found
+        touched = hit[2] if hit is not None else now - idle
         if now - touched >= _TOUCH_EVERY:
-            await self._db.write(_TOUCH, {"id": row.id})
+            await key_store.touch_key(self._db, principal.key_id)
             touched = now
         self._remember(digest, principal, now, touched)
         return principal

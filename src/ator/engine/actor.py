@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import uuid
 from collections.abc import Callable
 from uuid import UUID
 
+from ator import jsonenc
 from ator.coord.base import Coordinator
 from ator.coord.listen import listen_forever
 from ator.engine.admission import Admission
@@ -73,7 +73,7 @@ class Wakes:
 
     async def stop(self, thread_id: UUID, reason: str = "user") -> None:
         """Abort the thread's running turn wherever it runs."""
-        payload = json.dumps({"thread_id": str(thread_id), "reason": reason})
+        payload = jsonenc.dumps({"thread_id": str(thread_id), "reason": reason})
         await self.coord.publish(ABORT_CHANNEL, payload)
 
 
@@ -185,7 +185,7 @@ class Actor:
 
     def _on_abort(self, message: str) -> None:
         try:
-            data = json.loads(message)
+            data = jsonenc.loads(message)
             handle = self._running.get(UUID(data["thread_id"]))
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring malformed abort message", extra={"raw": message[:200]})

@@ -4,7 +4,7 @@ nothing of ator beyond the event wire format's shape).
 Turns coalesce messages, so a sender learns which turn took its message from the `message`
 event carrying its mailbox id, then collects that turn's events until its `turn_ended`. The
 API's `ask`, the CLI (in-process and over HTTP) and the coming socket clients all feed event
-frames (the wire format of engine/wire.py) into one `TurnFollow`; it ignores frames it has
+frames (the one frame format of engine/wire.py) into one `TurnFollow`; it ignores frames it has
 already seen, so live notices and a catch-up read from the database can overlap freely.
 """
 
@@ -36,31 +36,32 @@ class TurnFollow:
             if seq <= self.seq or self.ended is not None:
                 continue
             self.seq = seq
-            data = frame.get("data") or {}
+            record = frame["data"]
+            data = record.get("data") or {}
             if self.turn_id is None:
-                if frame["kind"] == "message" and data.get("mailbox_id") == self.mailbox_id:
-                    self.turn_id = str(frame["turn_id"])
+                if frame["type"] == "message" and data.get("mailbox_id") == self.mailbox_id:
+                    self.turn_id = str(record["turn_id"])
                     mine.append(frame)
                 continue
-            if not self._ours(frame):
+            if not self._ours(frame["type"], record):
                 continue
             mine.append(frame)
-            if frame["kind"] == "turn_ended":
+            if frame["type"] == "turn_ended":
                 self.ended = dict(data)
         self.frames.extend(mine)
         return mine
 
-    def _ours(self, frame: dict[str, Any]) -> bool:
+    def _ours(self, kind: str, record: dict[str, Any]) -> bool:
         # A turn_ended names its turn in its data: the one closing a lost turn is written by
         # the next turn, so its own turn_id column is the next turn's.
-        if frame["kind"] == "turn_ended":
-            return (frame.get("data") or {}).get("turn_id") == self.turn_id
-        return frame.get("turn_id") == self.turn_id
+        if kind == "turn_ended":
+            return (record.get("data") or {}).get("turn_id") == self.turn_id
+        return record.get("turn_id") == self.turn_id
 
     def text(self) -> str:
         """The turn's reply: the text of its assistant events, interrupted ones included."""
         return "\n".join(
             b["text"]
-            for f in self.frames if f["kind"] == "assistant"
-            for b in (f.get("data") or {}).get("content", []) if b.get("type") == "text"
+            for f in self.frames if f["type"] == "assistant"
+            for b in (f["data"].get("data") or {}).get("content", []) if b.get("type") == "text"
         )

@@ -4,11 +4,11 @@ errors).
 
 `McpService` owns the session pool, the per-turn `McpToolset`, the stored-results service
 that `read_tool_result` pages through (tools/results.py; the registry decides the pages),
-and the catalog a turn reads (the org's enabled servers with their secret references
-resolved). `McpServers` is the org resource's service: CRUD and `test_mcp_server` with the
-checks a tenant's input needs — http only (stdio servers come from the operator's settings),
-a URL the egress guard may reach and carrying no credential (no userinfo, no `?api_key=`:
-422 `secret_in_config`), headers as secret
+`web_fetch`'s gate (engine.gated) and the catalog a turn reads (the org's enabled servers with
+their secret references resolved). `McpServers` is the org resource's service: CRUD and
+`test_mcp_server` with the checks a tenant's input needs — http only (stdio servers come from
+the operator's settings), a URL the egress guard may reach and carrying no credential (no
+userinfo, no `?api_key=`: 422 `secret_in_config`), headers as secret
 references only.
 """
 
@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from ator.engine.gated import PolicyGated
+from ator.engine.recent import Recent
 from ator.errors import AtorError, EgressBlocked, SecretError, ValidationFailed
 from ator.mcp.client import McpEndpoint, McpSession, RemoteTool
 from ator.mcp.pool import McpPool
@@ -36,13 +36,10 @@ from ator.security.redact import url_credential
 from ator.settings import Settings
 from ator.store import mcp_servers as server_store
 from ator.store import secrets as secret_store
-from ator.store import setups as setup_store
 from ator.store.database import Database
 from ator.store.mcp_servers import McpServer
 from ator.store.scope import Scope
-from ator.tools.base import Tool
 from ator.tools.results import StoredResults, read_tool_result
-from ator.tools.toolset import OrgToolScope, ToolScope
 from ator.tools.web import web_fetch_tool
 
 __all__ = ["McpServerIn", "McpServers", "McpService", "PolicyGated", "StoredResults",
@@ -98,7 +95,7 @@ class McpService:
                             max_sessions=settings.mcp_max_sessions,
                             max_per_org=settings.mcp_max_sessions_per_org)
         self.results = StoredResults(db)
-        self.recent = _Recent(settings.mcp_catalog_ttl)
+        self.recent = Recent(settings.mcp_catalog_ttl)
         self.gated = PolicyGated(db, [web_fetch_tool(self.egress)], settings.mcp_catalog_ttl)
         self.toolset = McpToolset(self, self.pool,
                                   description_chars=settings.mcp_description_chars,
@@ -146,60 +143,6 @@ class McpService:
             out.append(MountedServer(server.id, endpoint, tools, server.allow, server.deny))
         return out
 
-
-class _Recent:
-    """A small per-process cache with a TTL: what a turn reads at its start (the org's MCP
-    servers, a setup's policy) is read once per TTL, not once per turn, so a turn costs no
-    statement more than before. Writes through this process drop their entry at once; another
-    replica's writes are seen within the TTL."""
-
-    def __init__(self, ttl: float, size: int = 4096) -> None:
-        self.ttl = ttl
-        self.size = size
-        self._items: OrderedDict[object, tuple[float, Any]] = OrderedDict()
-
-    def get(self, key: object) -> Any | None:
-        found = self._items.get(key)
-        if found is None or found[0] < time.monotonic():
-            return None
-        return found[1]
-
-    def put(self, key: object, value: Any) -> None:
-        self._items[key] = (time.monotonic() + self.ttl, value)
-        self._items.move_to_end(key)
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
-
-    def drop(self, key: object) -> None:
-        self._items.pop(key, None)
-
-
-class PolicyGated:
-    """Tools a turn gets only when its setup's tool policy names them in `allow` (off by
-    default, unlike native tools): `web_fetch`. One setup read per turn."""
-
-    name = "gated"
-
-    def __init__(self, db: Database, tools: Sequence[Tool], ttl: float = 5.0) -> None:
-        self.db = db
-        self._tools = tuple(tools)
-        self.recent = _Recent(ttl)
-
-    async def tools(self, scope: ToolScope) -> Sequence[Tool]:
-        key = (scope.org_id, scope.setup_id)
-        found: tuple[Tool, ...] | None = self.recent.get(key)
-        if found is None:
-            setup = await setup_store.get_setup(self.db, Scope(scope.org_id), scope.setup_id)
-            allow = setup.tool_policy.get("allow") or []
-            found = tuple(t for t in self._tools if t.name in allow)
-            self.recent.put(key, found)
-        return found
-
-    async def org_tools(self, scope: OrgToolScope) -> Sequence[Tool]:
-        """Outside a turn the same rule, on the scope's policy: named in `allow`, or not at
-        all."""
-        allow = scope.policy.allow or []
-        return tuple(t for t in self._tools if t.name in allow)
 
 
 class McpServers:

@@ -32,8 +32,8 @@ from ator.coord.base import Coordinator
 from ator.coord.listen import listen_forever
 from ator.engine.wire import (
     DELTAS_WANTED_CHANNEL,
+    delta,
     delta_channel,
-    delta_frame,
     notice,
     thread_channel,
 )
@@ -123,7 +123,7 @@ class Publisher:
         if isinstance(event, TextDelta | ThinkingDelta) and _mergeable(event, frames, turn_id):
             frames[-1]["text"] += event.text  # coalesce consecutive text
             return
-        frames.append(delta_frame(turn_id, event))
+        frames.append(delta(turn_id, event))
 
     async def _flush_later(self, thread_id: UUID) -> None:
         await asyncio.sleep(_COALESCE)

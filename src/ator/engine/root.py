@@ -27,10 +27,11 @@ from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
 from ator.engine.access import Access
 from ator.engine.actor import Actor, Wakes
-from ator.engine.compaction import ContextPolicy
+from ator.engine.context_policy import ContextPolicy
 from ator.engine.inspector import Inspector
+from ator.engine.instructions import Prompts
+from ator.engine.logins import LoginThrottle
 from ator.engine.mcp_extension import McpExtension
-from ator.engine.prompts import Prompts
 from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
 from ator.engine.tenancy import Tenancy
@@ -127,7 +128,8 @@ def assemble(
                            if tools is None else tools)  # checked first
     every_toolset = [native, *toolsets, *(ts for e in built for ts in e.toolsets())]
     core: dict[type, object] = {Access: Access(db, settings), Tenancy: Tenancy(db, master_key),
-                                Prompts: Prompts(db), Inspector: Inspector(db)}
+                                Prompts: Prompts(db), Inspector: Inspector(db),
+                                LoginThrottle: LoginThrottle(coord)}
     registry = Services({**core, **{k: v for e in built for k, v in e.services().items()},
                          **(services or {})})
     # Tools outside a turn (the MCP gateway, workflow steps): the same tools and rules.

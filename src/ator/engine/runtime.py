@@ -19,27 +19,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 from uuid import UUID
 
+from ator import jsonenc
 from ator.agent.hooks import LoopHook
 from ator.coord import coordinator_from_url
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
+from ator.engine import stream
 from ator.engine.actor import lease_key
 from ator.engine.follow import TurnFollow
 from ator.engine.mcp import McpService
+from ator.engine.publish import want_deltas
 from ator.engine.root import DEFAULT_EXTENSIONS, Engine, ExtensionFactory, assemble
+from ator.engine.stream import ThreadFollow
 from ator.engine.tenancy import Tenancy
-from ator.engine.wire import event_frame, thread_channel
+from ator.engine.wire import delta_channel
 from ator.errors import ConfigError, Conflict, EgressBlocked
 from ator.obs.looplag import LoopLag
 from ator.providers.base import Provider
@@ -467,31 +471,23 @@ class Ator:
 
     async def wait_events(
         self, scope: Scope, thread_id: UUID, *, after_seq: int, timeout: float, limit: int = 200
-    ) -> list[Event]:
-        """Long-poll: events after `after_seq`, waiting up to `timeout` seconds for the next
-        commit. Returns [] on timeout. Waits on the coordinator's shared subscription (one
-        connection per process, whatever the number of waiters)."""
+    ) -> list[dict[str, Any]]:
+        """Long-poll: the frames (engine.wire) of the events after `after_seq`, waiting up to
+        `timeout` seconds for the next commit. Returns [] on timeout. Waits on the
+        coordinator's shared subscription (one connection per process, whatever the number
+        of waiters). Raises NotFound (another org's thread)."""
         await thread_store.get_thread(self.db, scope, thread_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        async with self.coord.hub.subscribe(thread_channel(thread_id), inbox=16) as waiter:
-            # Subscribed first, then read: a commit in between is in the read or the inbox.
-            found = await self.events(scope, thread_id, after_seq=after_seq, limit=limit)
-            if found:
-                return found
-            dropped = 0
-            while (left := deadline - loop.time()) > 0:
-                message = await waiter.get(left)
-                if message is None:
+        async with ThreadFollow(self.db, self.coord, scope, thread_id, after_seq=after_seq,
+                                inbox=16) as reader:
+            found = await reader.catch_up(limit)
+            while not found and (left := deadline - loop.time()) > 0:
+                frames = await reader.next(left)
+                if frames is None:
                     break
-                # A notice of a later commit, or notices lost to a full inbox: read the truth.
-                if waiter.dropped != dropped or json.loads(message).get("seq", 0) > after_seq:
-                    dropped = waiter.dropped
-                    found = await self.events(scope, thread_id, after_seq=after_seq,
-                                              limit=limit)
-                    if found:
-                        return found
-        return []
+                found = frames
+        return found[:limit]
 
     async def turn(self, scope: Scope, turn_id: UUID) -> Turn:
         return await turn_store.get_turn(self.db, scope, turn_id)
@@ -514,22 +510,22 @@ class Ator:
         for a lease TTL, it catches up from the database, from the message's own event."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        async with self.coord.hub.subscribe(thread_channel(thread_id)) as waiter:
+        # Subscribed before submitting, so the notices hold all of the turn; the cursor is
+        # learned from them (or from the message's own event after a silence).
+        async with ThreadFollow(self.db, self.coord, scope, thread_id,
+                                after_seq=None) as reader:
             item, _created = await self.submit(scope, thread_id, text,
                                                client_message_id=client_message_id)
             follow = TurnFollow(str(item.id))
-            dropped = 0
             while not follow.done:
                 left = deadline - loop.time()
                 if left <= 0:
                     raise TimeoutError(f"no reply within {timeout:g}s")
-                message = await waiter.get(min(left, self.settings.lease_ttl))
-                if message is None or waiter.dropped != dropped:
+                frames = await reader.next(min(left, self.settings.lease_ttl))
+                if frames is None or reader.lost:
                     # Silence for a lease TTL, or notices lost to a full inbox: read the truth.
-                    dropped = waiter.dropped
-                    await self._catch_up(scope, thread_id, follow)
-                if message is not None:
-                    follow.feed(json.loads(message).get("events", []))
+                    frames = await self._catch_up(scope, reader, follow)
+                follow.feed(frames)
         assert follow.ended is not None and follow.turn_id is not None
         data = follow.ended
         return TurnResult(
@@ -539,16 +535,58 @@ class Ator:
             cost_usd=Decimal(str(data.get("cost_usd", "0"))), events=follow.frames,
         )
 
-    async def _catch_up(self, scope: Scope, thread_id: UUID, follow: TurnFollow) -> None:
-        """Read what was committed since the follower's position (a notice was lost)."""
+    async def _catch_up(self, scope: Scope, reader: ThreadFollow, follow: TurnFollow
+                        ) -> list[dict[str, Any]]:
+        """What was committed since the follower's position (a notice was lost)."""
         if follow.turn_id is None:
-            seq = await event_store.message_seq(self.db, scope, thread_id, follow.mailbox_id)
+            seq = await event_store.message_seq(self.db, scope, reader.thread_id,
+                                                follow.mailbox_id)
             if seq is None:
-                return  # not taken by a turn yet
+                return []  # not taken by a turn yet
             follow.seq = seq - 1  # rewind: frames before our message are not ours
-        while not follow.done:
-            page = await self.events(scope, thread_id, after_seq=follow.seq, limit=500)
-            if not page:
-                return
-            follow.feed(event_frame(e) for e in page)
-            follow.seq = max(follow.seq, page[-1].seq)
+            reader.rewind(seq - 1)
+        elif reader.seq is None:
+            reader.rewind(follow.seq)
+        return await reader.catch_up()
+
+    # Facades for the transports --------------------------------------------------------
+    # SSE, the socket gateway, the CLI and /metrics reach the database, the coordinator and
+    # the runner only through these (import-linter cannot see an attribute reached through).
+
+    async def thread_frames(
+        self, scope: Scope, thread_id: UUID, *, after_seq: int = 0, deltas: bool = True,
+        keepalive: float | None = None,
+    ) -> AsyncGenerator[dict[str, Any] | None, None]:
+        """engine.stream.thread_frames of this runtime. Raises NotFound (another org's)."""
+        return await stream.thread_frames(self.db, self.coord, scope, thread_id,
+                                          after_seq=after_seq, deltas=deltas,
+                                          keepalive=keepalive)
+
+    async def open_feed(self, scope: Scope, thread_id: UUID, *, recheck: float
+                        ) -> tuple[int, AsyncGenerator[dict[str, Any] | None, None]]:
+        """engine.stream.open_feed of this runtime. Raises NotFound (another org's)."""
+        return await stream.open_feed(self.db, self.coord, scope, thread_id, recheck=recheck)
+
+    def resume_feed(self, scope: Scope, thread_id: UUID, *, after_seq: int, recheck: float
+                    ) -> AsyncGenerator[dict[str, Any] | None, None]:
+        return stream.resume_feed(self.db, self.coord, scope, thread_id, after_seq=after_seq,
+                                  recheck=recheck)
+
+    async def read_frames(self, scope: Scope, thread_id: UUID, *, after_seq: int,
+                          limit: int = 500, check: bool = False) -> list[dict[str, Any]]:
+        """engine.stream.read_frames of this runtime."""
+        return await stream.read_frames(self.db, scope, thread_id, after_seq=after_seq,
+                                        limit=limit, check=check)
+
+    @asynccontextmanager
+    async def deltas(self, thread_id: UUID) -> AsyncIterator[AsyncIterator[list[dict[str, Any]]]]:
+        """The thread's token deltas from now on, as they are published (batches of
+        engine.wire deltas), while inside the block."""
+        async with self.coord.subscribe(delta_channel(thread_id)) as sub:
+            await want_deltas(self.coord, thread_id)
+            yield (jsonenc.loads(message) async for _channel, message in sub)
+
+    async def count_hit(self, key: str, window: float) -> int:
+        """Count one hit on `key` in the current `window` seconds, across replicas (rate
+        limits); returns the window's count so far."""
+        return await self.coord.hit(key, window)

@@ -1,16 +1,16 @@
 """A thread's frames from a cursor on: what it missed from the database, then live (layer:
 engine; imports coord, store.events, store.threads, engine.publish, engine.wire).
 
-The SSE endpoint and the socket gateway both read a thread through `thread_frames`, so both
-see the same frames with the same guarantee: every persisted event after the cursor exactly
+Every reader of a thread follows it through one `ThreadFollow` (the SSE endpoint and the
+socket gateway through `thread_frames`/`open_feed`, the long-poll and `Ator.ask` directly),
+so all see the same frames with the same guarantee: every persisted event after the cursor exactly
 once and in `seq` order, with token deltas interleaved while live. A frame is
 
     {"v": 1, "seq": int | None, "type": str, "data": {...}}
 
-where a persisted event has its `seq`, `type` = its kind and `data` = its event frame (the
-one wire format of engine.wire, plus `thread_id`); a batch of token deltas has `seq` None,
-`type` "delta" and `data` = `{"thread_id", "deltas": [delta frame, ...]}` (volatile: a
-reader may drop it, the persisted reply is the truth).
+(the one frame format of engine.wire): a persisted event has its `seq`; a batch of token
+deltas has `seq` None and `type` "delta" (volatile: a reader may drop it, the persisted reply
+is the truth).
 
 How there is no gap and no duplicate at the seam: both channels are subscribed BEFORE the
 database is read (a commit in between is in the read or in the inbox, maybe both); each
@@ -23,37 +23,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Any
 from uuid import UUID
 
+from ator import jsonenc
 from ator.coord.base import Coordinator
 from ator.coord.fanout import Waiter
 from ator.engine.publish import want_deltas
-from ator.engine.wire import delta_channel, event_frame, thread_channel
+from ator.engine.wire import delta_channel, delta_frame, event_frame, thread_channel
 from ator.store import events as event_store
 from ator.store import threads as thread_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["FRAME_VERSION", "delta_envelope", "event_envelope", "open_feed", "read_frames",
-           "resume_feed", "thread_frames"]
+__all__ = ["ThreadFollow", "open_feed", "read_frames", "resume_feed", "thread_frames"]
 
-FRAME_VERSION = 1
 _PAGE = 500
 _INBOX = 64  # notices a reader may fall behind by before it re-reads the database
-
-
-def event_envelope(thread_id: UUID | str, frame: dict[str, Any]) -> dict[str, Any]:
-    """The frame of one persisted event (`frame` as made by engine.wire.event_frame)."""
-    return {"v": FRAME_VERSION, "seq": frame["seq"], "type": frame["kind"],
-            "data": {**frame, "thread_id": str(thread_id)}}
-
-
-def delta_envelope(thread_id: UUID | str, deltas: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    return {"v": FRAME_VERSION, "seq": None, "type": "delta",
-            "data": {"thread_id": str(thread_id), "deltas": list(deltas)}}
 
 
 async def thread_frames(
@@ -101,24 +88,23 @@ async def read_frames(
         await thread_store.get_thread(db, scope, thread_id)
     page = await event_store.read_events(db, scope, thread_id, after_seq=after_seq,
                                          limit=limit)
-    return [event_envelope(thread_id, event_frame(e)) for e in page]
+    return [event_frame(thread_id, e) for e in page]
 
 
 async def _frames(
     db: Database, coord: Coordinator, scope: Scope, thread_id: UUID, after_seq: int,
     deltas: bool, keepalive: float | None,
 ) -> AsyncGenerator[dict[str, Any] | None, None]:
-    reader = _Reader(db, scope, thread_id, after_seq)
     async with contextlib.AsyncExitStack() as stack:
-        notices = await stack.enter_async_context(
-            coord.hub.subscribe(thread_channel(thread_id), inbox=_INBOX))
+        reader = await stack.enter_async_context(
+            ThreadFollow(db, coord, scope, thread_id, after_seq=after_seq))
         tokens = (await stack.enter_async_context(
             coord.hub.subscribe(delta_channel(thread_id), inbox=_INBOX)) if deltas else None)
         if tokens is not None:
             await want_deltas(coord, thread_id)
         for frame in await reader.catch_up():
             yield frame
-        async for item in _merged(notices, tokens, keepalive):
+        async for item in _merged(reader.notices, tokens, keepalive):
             if item is None:
                 # Quiet for `keepalive` s: a notice may have been lost (pub/sub is at most
                 # once), so the database is asked too.
@@ -128,42 +114,94 @@ async def _frames(
                 continue
             channel, message = item
             if channel == "deltas":
-                yield delta_envelope(thread_id, json.loads(message))
+                yield delta_frame(thread_id, jsonenc.loads(message))
                 continue
-            for frame in await reader.notice(json.loads(message), notices.dropped):
+            for frame in await reader.take(message):
                 yield frame
 
 
-class _Reader:
-    """The cursor of one reader, and the database reads that move it."""
+class ThreadFollow:
+    """The one way to follow a thread's committed frames: its notices subscribed, a cursor,
+    and the database reads that move the cursor. SSE and sockets (`thread_frames`,
+    `open_feed`), the long-poll (`Ator.wait_events`) and `Ator.ask` all read through it.
 
-    def __init__(self, db: Database, scope: Scope, thread_id: UUID, after_seq: int) -> None:
-        self.db, self.scope, self.thread_id = db, scope, thread_id
+    Enter it BEFORE reading or acting (a commit after that is in the notices). With a known
+    `after_seq`, every frame after it comes exactly once and in seq order: a notice that
+    starts past the cursor, or notices lost to a full inbox, send it back to the database.
+    With `after_seq=None` (a caller that subscribes and then submits, so everything after
+    is in the notices), frames are taken as notices bring them until the caller `rewind`s
+    to a seq it learned (the cursor is known from the first notice on)."""
+
+    def __init__(self, db: Database, coord: Coordinator, scope: Scope, thread_id: UUID, *,
+                 after_seq: int | None, inbox: int = _INBOX) -> None:
+        self.db, self.coord, self.scope, self.thread_id = db, coord, scope, thread_id
         self.seq = after_seq
+        self._inbox = inbox
         self._dropped = 0
+        self._stack = contextlib.AsyncExitStack()
+        self._notices: Waiter | None = None
 
-    async def catch_up(self) -> list[dict[str, Any]]:
+    async def __aenter__(self) -> ThreadFollow:
+        self._notices = await self._stack.enter_async_context(
+            self.coord.hub.subscribe(thread_channel(self.thread_id), inbox=self._inbox))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    @property
+    def notices(self) -> Waiter:
+        assert self._notices is not None, "enter the follow first"
+        return self._notices
+
+    @property
+    def lost(self) -> bool:
+        """Whether notices were dropped since the cursor last moved on the database."""
+        return self.notices.dropped != self._dropped
+
+    def rewind(self, seq: int) -> None:
+        """Move the cursor to `seq` (the next `catch_up` reads from there)."""
+        self.seq = seq
+
+    async def next(self, timeout: float | None) -> list[dict[str, Any]] | None:
+        """The frames of the next notice ([] when it brought nothing new); None when none
+        came within `timeout` seconds. Raises CoordinationError when the hub is lost."""
+        message = await self.notices.get(timeout)
+        return None if message is None else await self.take(message)
+
+    async def catch_up(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The frames after the cursor from the database (the first `limit`, else all)."""
         out: list[dict[str, Any]] = []
-        while True:
+        if self.seq is None:
+            return out
+        self._dropped = self.notices.dropped
+        while limit is None or len(out) < limit:
+            want = _PAGE if limit is None else min(_PAGE, limit - len(out))
             page = await event_store.read_events(self.db, self.scope, self.thread_id,
-                                                 after_seq=self.seq, limit=_PAGE)
-            out.extend(self._take(event_frame(e) for e in page))
-            if len(page) < _PAGE:
-                return out
+                                                 after_seq=self.seq, limit=want)
+            out.extend(self._take(event_frame(self.thread_id, e) for e in page))
+            if len(page) < want:
+                break
+        return out
 
-    async def notice(self, notice: dict[str, Any], dropped: int) -> list[dict[str, Any]]:
-        frames = [f for f in notice.get("events", []) if int(f["seq"]) > self.seq]
-        if dropped != self._dropped or (frames and int(frames[0]["seq"]) != self.seq + 1):
-            self._dropped = dropped  # notices were lost, or one came past a gap
-            return await self.catch_up()
+    async def take(self, message: str) -> list[dict[str, Any]]:
+        """The new frames of one notice, in order."""
+        frames = jsonenc.loads(message).get("frames", [])
+        if self.seq is None:
+            if frames:
+                self.seq = int(frames[-1]["seq"])
+            return list(frames)
+        frames = [f for f in frames if int(f["seq"]) > self.seq]
+        if self.lost or (frames and int(frames[0]["seq"]) != self.seq + 1):
+            return await self.catch_up()  # notices were lost, or one came past a gap
         return self._take(frames)
 
-    def _take(self, frames: Any) -> list[dict[str, Any]]:
+    def _take(self, frames: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
         for frame in frames:
-            if int(frame["seq"]) == self.seq + 1:
+            if self.seq is not None and int(frame["seq"]) == self.seq + 1:
                 self.seq += 1
-                out.append(event_envelope(self.thread_id, frame))
+                out.append(frame)
         return out
 
 

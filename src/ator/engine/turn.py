@@ -8,7 +8,7 @@ cost, security, engine.*).
   agent loop, whose step writer persists every model reply and every batch of tool results
   as it completes (1 statement each) → finish with a typed stop reason (folded into the last
   write when the model ended the turn). Before every model call the compaction hook keeps the
-  request inside the model's window and the endpoint's body limit (`engine/compaction.py`
+  request inside the model's window and the endpoint's body limit (`engine/context_policy.py`
   says which), then the budget gate reserves for it.
 
 Every way a turn can end is typed: the model finished (`done`), a cap or the budget ended it,
@@ -36,9 +36,8 @@ from ator.agent.state import TurnContext, TurnState
 from ator.context import org_id_var, thread_id_var, turn_id_var
 from ator.cost.prices import PriceTable
 from ator.engine.budget import BudgetGate
-from ator.engine.compaction import ContextPolicy
 from ator.engine.config import FrozenConfig, freeze
-from ator.engine.mcp import StoredResults
+from ator.engine.context_policy import ContextPolicy
 from ator.engine.publish import Publisher
 from ator.engine.steps import StepWriter, TurnLost
 from ator.errors import AtorError
@@ -54,6 +53,7 @@ from ator.store.database import Database
 from ator.store.events import HISTORY_KINDS
 from ator.store.scope import Scope
 from ator.tools.base import ToolContext
+from ator.tools.results import StoredResults
 from ator.tools.toolset import Toolset, TurnTools
 
 __all__ = ["TurnHandle", "TurnRunner"]

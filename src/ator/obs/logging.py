@@ -13,12 +13,12 @@ library's logger skip the filters of the loggers above it.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from ator import jsonenc
 from ator.context import current_ids
 from ator.security.redact import redact, scrub_urls
 
@@ -63,7 +63,7 @@ class _JsonFormatter(logging.Formatter):
         out.update(redact(extra))
         if (exc := _exception_text(self, record)) is not None:
             out["exc"] = exc
-        return json.dumps(out, default=str)
+        return jsonenc.dumps(out)
 
 
 class _TextFormatter(logging.Formatter):

@@ -3,6 +3,6 @@ engine; imports engine, store.keys, socketio)."""
 
 from __future__ import annotations
 
-from ator.realtime.gateway import Gateway, SocketRoute
+from ator.realtime.sockets import SocketRoute, SocketServer
 
-__all__ = ["Gateway", "SocketRoute"]
+__all__ = ["SocketRoute", "SocketServer"]

@@ -1,8 +1,8 @@
 """One live feed per followed thread per replica, shared by its sockets (layer: realtime;
-imports engine.stream, realtime.outbox, socketio/engineio packets).
+imports engine.runtime, engine.wire, realtime.outbox, socketio/engineio packets).
 
 A thousand sockets on one thread must not mean a thousand subscriptions, JSON parses and
-encodes of every frame: a `Feed` reads the thread once (engine.stream.open_feed: live, with
+encodes of every frame: a `Feed` reads the thread once (`Ator.open_feed`: live, with
 its own recovery from the database), encodes each frame once, and puts it in the transport
 queue of each live member.
 
@@ -24,7 +24,6 @@ whose outbox holds more than a little.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 from uuid import UUID
@@ -32,8 +31,9 @@ from uuid import UUID
 import engineio  # type: ignore[import-untyped]
 import socketio  # type: ignore[import-untyped]
 
+from ator import jsonenc
 from ator.engine.runtime import Ator
-from ator.engine.stream import FRAME_VERSION, open_feed, read_frames, resume_feed
+from ator.engine.wire import error_frame
 from ator.errors import AtorError, CoordinationError
 from ator.obs.logging import get_logger
 from ator.realtime.outbox import Outbox
@@ -91,7 +91,7 @@ class Feeds:
     async def follow(self, sid: str, scope: Scope, thread_id: UUID, after_seq: int) -> Follow:
         """Start following: checks ownership (NotFound), then catches up in the background."""
         ator = self._ator()
-        await read_frames(ator.db, scope, thread_id, after_seq=0, limit=1, check=True)
+        await ator.read_frames(scope, thread_id, after_seq=0, limit=1, check=True)
         feed = await self._feed(scope, thread_id)
         eio_sid = self.sio.manager.eio_sid_from_sid(sid, "/")
         follow = Follow(sid, eio_sid, scope, thread_id, after_seq)
@@ -125,8 +125,7 @@ class Feeds:
             feed = self._feeds.get(thread_id)
             if feed is None:
                 ator = self._ator()
-                seq, frames = await open_feed(ator.db, ator.coord, scope, thread_id,
-                                              recheck=_RECHECK)
+                seq, frames = await ator.open_feed(scope, thread_id, recheck=_RECHECK)
                 feed = self._feeds[thread_id] = Feed(Scope(scope.org_id), thread_id, seq)
                 feed.task = asyncio.get_running_loop().create_task(self._run(feed, frames))
         return feed
@@ -155,8 +154,8 @@ class Feeds:
             await asyncio.sleep(pause)
             pause = min(pause * 2, _RETRY[1])
             ator = self._ator()
-            frames = resume_feed(ator.db, ator.coord, feed.scope, feed.thread_id,
-                                 after_seq=feed.seq, recheck=_RECHECK)
+            frames = ator.resume_feed(feed.scope, feed.thread_id, after_seq=feed.seq,
+                                      recheck=_RECHECK)
 
     def _broadcast(self, feed: Feed, frame: dict[str, Any]) -> None:
         """Encode once, queue to every live member (no await: see the module)."""
@@ -183,7 +182,7 @@ class Feeds:
         ator = self._ator()
         try:
             while follow.seq < feed.seq:
-                page = await read_frames(ator.db, follow.scope, follow.thread_id,
+                page = await ator.read_frames(follow.scope, follow.thread_id,
                                          after_seq=follow.seq, limit=_PAGE)
                 if not page:
                     raise CoordinationError("the feed is ahead of the database")
@@ -204,7 +203,8 @@ class Feeds:
                 "the thread could not be read; join again")
             queue = self._queue(follow)
             if queue is not None:
-                queue.put_nowait(self._packet(_error(follow.thread_id, problem)))
+                queue.put_nowait(self._packet(error_frame(follow.thread_id, problem.code,
+                                                          problem.status, problem.message)))
             self._spawn_unfollow(follow)
 
     async def _drained(self, follow: Follow) -> Outbox | None:
@@ -230,8 +230,7 @@ class Feeds:
     def _packet(frame: dict[str, Any]) -> Any:
         """The socket.io EVENT packet `frame` on namespace "/" (frames hold no binary, so the
         encoding is the text one; socket.io's Packet would scan the data for binary)."""
-        encoded = f"{socketio.packet.EVENT}" + json.dumps(["frame", frame], default=str,
-                                                          separators=(",", ":"))
+        encoded = f"{socketio.packet.EVENT}" + jsonenc.dumps(["frame", frame])
         return engineio.packet.Packet(engineio.packet.MESSAGE, encoded)
 
     def _spawn_unfollow(self, follow: Follow) -> None:
@@ -239,8 +238,3 @@ class Feeds:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-
-def _error(thread_id: UUID, exc: AtorError) -> dict[str, Any]:
-    return {"v": FRAME_VERSION, "seq": None, "type": "error",
-            "data": {"thread_id": str(thread_id), "code": exc.code, "status": exc.status,
-                     "detail": exc.message}}

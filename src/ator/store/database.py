@@ -29,6 +29,7 @@ import asyncpg
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -38,8 +39,8 @@ from sqlalchemy.sql.base import Executable
 from ator.errors import ConfigError, ValidationFailed
 from ator.settings import Settings
 
-__all__ = ["Database", "Result", "Row", "StatementStats", "first", "open_database",
-           "to_async_url"]
+__all__ = ["Database", "Result", "Row", "StatementStats", "applied_migrations", "first",
+           "migration_heads", "open_database", "server_version", "to_async_url"]
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK = 0x61746F72  # "ator": pg_advisory_lock key serializing migrations
@@ -281,6 +282,23 @@ async def migrate(url: URL) -> None:
                 await conn.commit()
     finally:
         await engine.dispose()
+
+
+def migration_heads() -> set[str]:
+    """The migration heads this code expects (from the scripts, no database needed)."""
+    return set(ScriptDirectory.from_config(_alembic_config()).get_heads())
+
+
+async def applied_migrations(db: Database) -> set[str]:
+    """The migration heads recorded in the database (none before the first migration)."""
+    exists = (await db.read(sa.text("SELECT to_regclass('alembic_version') IS NOT NULL")))[0][0]
+    if not exists:
+        return set()
+    return {r[0] for r in await db.read(sa.text("SELECT version_num FROM alembic_version"))}
+
+
+async def server_version(db: Database) -> str:
+    return str((await db.read(sa.text("SHOW server_version")))[0][0])
 
 
 async def open_database(settings: Settings, *, run_migrations: bool = True) -> Database:

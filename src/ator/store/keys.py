@@ -13,10 +13,11 @@ import sqlalchemy as sa
 
 from ator.errors import NotFound, ValidationFailed
 from ator.security.keys import hash_key, new_key, parse_prefix
+from ator.security.roles import ROLES
 from ator.store.database import Database, first
 from ator.store.records import ApiKey, Principal
 from ator.store.schema import api_keys, users
-from ator.store.scope import ROLES, Scope
+from ator.store.scope import Scope
 
 __all__ = [
     "ApiKey",
@@ -24,9 +25,11 @@ __all__ = [
     "any_key_exists",
     "authenticate",
     "create_key",
+    "key_principal",
     "list_keys",
     "mark_operator",
     "revoke_key",
+    "touch_key",
 ]
 
 
@@ -51,6 +54,32 @@ async def authenticate(db: Database, key: str) -> Principal | None:
     if row is None:
         return None
     return Principal(row.org_id, row.user_id, row.role, row.id, bool(row.operator))
+
+
+_LOOKUP = sa.text("""
+SELECT k.id, k.org_id, k.user_id, k.role,
+       COALESCE((o.settings ->> 'operator')::boolean, false) AS operator,
+       EXTRACT(EPOCH FROM now() - COALESCE(k.last_used_at, 'epoch'::timestamptz)) AS idle
+  FROM api_keys k JOIN orgs o ON o.id = k.org_id
+ WHERE k.hash = :hash AND k.revoked_at IS NULL
+""")
+_TOUCH = sa.text("UPDATE api_keys SET last_used_at = now() WHERE id = :id")
+
+
+async def key_principal(db: Database, digest: str) -> tuple[Principal, float] | None:
+    """The principal of the unrevoked key hashed `digest`, and the seconds since it was last
+    used (a read: `touch_key` records a use)."""
+    rows = await db.read(_LOOKUP, {"hash": digest})
+    if not rows:
+        return None
+    row = rows[0]
+    return (Principal(row.org_id, row.user_id, row.role, row.id, bool(row.operator)),
+            float(row.idle))
+
+
+async def touch_key(db: Database, key_id: UUID) -> None:
+    """Record that the key was used now."""
+    await db.write(_TOUCH, {"id": key_id})
 
 
 async def create_key(

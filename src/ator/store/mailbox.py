@@ -9,13 +9,13 @@ work that no replica picked up (the replica that took the message died before ru
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 from uuid import UUID
 
 import sqlalchemy as sa
 
+from ator import jsonenc
 from ator.errors import Conflict, NotFound
 from ator.store.database import Database, first
 from ator.store.records import MailboxItem
@@ -71,7 +71,7 @@ async def submit(
     params = {
         "id": uuid.uuid4(), "org_id": scope.org_id, "thread_id": thread_id,
         "cmid": client_message_id, "kind": kind, "sender": scope.user_id,
-        "content": json.dumps(content, separators=(",", ":")),
+        "content": jsonenc.dumps(content),
     }
     rows = await db.fetch(_SUBMIT, params, write=True)
     if rows:

@@ -9,8 +9,6 @@ server is simply not found.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -19,6 +17,7 @@ from asyncpg import UniqueViolationError
 
 from ator.errors import Conflict, NotFound
 from ator.store.database import Database, first
+from ator.store.records import McpServer
 from ator.store.schema import mcp_servers, tool_results
 from ator.store.scope import Scope
 
@@ -35,24 +34,6 @@ __all__ = [
 
 _FIELDS = ("name", "transport", "url", "headers", "timeout_s", "enabled", "allow", "deny",
            "catalog", "last_test")
-
-
-@dataclass(frozen=True, slots=True)
-class McpServer:
-    id: UUID
-    org_id: UUID
-    name: str
-    transport: str
-    url: str | None
-    headers: dict[str, str]
-    timeout_s: float
-    enabled: bool
-    allow: list[str] | None
-    deny: list[str]
-    catalog: list[dict[str, Any]] | None
-    last_test: dict[str, Any] | None
-    version: int
-    created_at: datetime
 
 
 def _server(row: Any) -> McpServer:

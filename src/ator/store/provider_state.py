@@ -11,13 +11,14 @@ a turn's first call (`load`), for providers whose factory keeps sessions only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 import sqlalchemy as sa
 
 from ator import jsonenc
 from ator.store.database import Database, first
+from ator.store.parts import PartSql
 from ator.store.schema import provider_sessions
 from ator.store.scope import Scope
 
@@ -35,29 +36,23 @@ async def load(db: Database, scope: Scope, thread_id: UUID, provider: str
     return None if row is None else dict(row.state)
 
 
+_SESSION_SAVED = PartSql("session_saved", ctes=("""_session AS (
+  INSERT INTO provider_sessions (org_id, thread_id, provider, state)
+  SELECT :org_id, :thread_id, :provider, CAST(:state AS jsonb)
+   WHERE EXISTS (SELECT 1 FROM _turn)
+  ON CONFLICT (thread_id, provider) DO UPDATE
+    SET state = EXCLUDED.state, updated_at = now()
+   WHERE provider_sessions.org_id = EXCLUDED.org_id
+)""",), params=frozenset({"provider", "state"}))
+
+
 @dataclass(frozen=True, slots=True)
 class SessionSaved:
     """A step part: keep `state` as the thread's state for `provider` (replacing the last)."""
 
     provider: str
     state: dict[str, Any]
-    key: str = "session_saved"
+    sql: ClassVar[PartSql] = _SESSION_SAVED
 
-    def turn_set(self) -> str:
-        return ""
-
-    def ctes(self) -> list[str]:
-        return ["""_session AS (
-  INSERT INTO provider_sessions (org_id, thread_id, provider, state)
-  SELECT :org_id, :thread_id, :ps_provider, CAST(:ps_state AS jsonb)
-   WHERE EXISTS (SELECT 1 FROM _turn)
-  ON CONFLICT (thread_id, provider) DO UPDATE
-    SET state = EXCLUDED.state, updated_at = now()
-   WHERE provider_sessions.org_id = EXCLUDED.org_id
-)"""]
-
-    def params(self) -> dict[str, Any]:
-        return {"ps_provider": self.provider, "ps_state": jsonenc.dumps(self.state)}
-
-    def selects(self) -> list[str]:
-        return []
+    def values(self) -> dict[str, Any]:
+        return {"provider": self.provider, "state": jsonenc.dumps(self.state)}

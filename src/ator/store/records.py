@@ -16,6 +16,7 @@ __all__ = [
     "ApiKey",
     "Event",
     "MailboxItem",
+    "McpServer",
     "Org",
     "Principal",
     "Setup",
@@ -158,4 +159,22 @@ class TreeNode:
     usd: Decimal
     live: bool  # a turn is running now
     told: bool  # its result is in the parent's mailbox
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class McpServer:
+    id: UUID
+    org_id: UUID
+    name: str
+    transport: str
+    url: str | None
+    headers: dict[str, str]
+    timeout_s: float
+    enabled: bool
+    allow: list[str] | None
+    deny: list[str]
+    catalog: list[dict[str, Any]] | None
+    last_test: dict[str, Any] | None
+    version: int
     created_at: datetime

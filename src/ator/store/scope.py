@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
-__all__ = ["ROLES", "Scope"]
-
-ROLES = ("admin", "member", "viewer")
+__all__ = ["Scope"]
 
 
 @dataclass(frozen=True, slots=True)

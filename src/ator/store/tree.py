@@ -22,18 +22,19 @@ id that spawned it (`spawned_by`, unique per parent) and its delegation `contrac
 from __future__ import annotations
 
 import html
-import json
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 import sqlalchemy as sa
 
+from ator import jsonenc
 from ator.errors import NotFound, ValidationFailed
 from ator.security.untrusted import neutralize
 from ator.store.database import Database
+from ator.store.parts import PartSql
 from ator.store.records import TreeNode as Node
 from ator.store.scope import Scope
 
@@ -202,8 +203,7 @@ async def spawn(
             **params, "id": child_id, "user_id": scope.user_id, "title": title,
             "depth": parent.depth + 1, "alias": alias,
             "setup_id": setup_id or parent.setup_id,
-            "contract": json.dumps({**contract, "alias": alias}, separators=(",", ":"),
-                                   default=str),
+            "contract": jsonenc.dumps({**contract, "alias": alias}),
         })).first()
         if inserted is None:
             raise ValidationFailed("setup not found or archived", code="invalid_setup")
@@ -211,8 +211,8 @@ async def spawn(
             INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content)
             VALUES (:id, :org_id, :thread_id, 'spawn', 'message', CAST(:content AS jsonb))"""), {
             "id": uuid.uuid4(), "org_id": scope.org_id, "thread_id": child_id,
-            "content": json.dumps({"role": "user",
-                                   "content": [{"type": "text", "text": message}]}),
+            "content": jsonenc.dumps({"role": "user",
+                                      "content": [{"type": "text", "text": message}]}),
         })
     return Spawned(child_id, alias, created=True)
 
@@ -325,7 +325,7 @@ def result_params(child_id: UUID, content: dict[str, Any], text: str) -> dict[st
     """Parameters of RESULT_SQL: the item's content (`text` is its text, with `{duration}`
     standing for the child's age in seconds, filled in by the statement)."""
     return {"r_id": uuid.uuid4(), "r_cmid": f"{RESULT_CMID}{child_id}",
-            "r_content": json.dumps(content, separators=(",", ":"), default=str),
+            "r_content": jsonenc.dumps(content),
             "r_text": text}
 
 
@@ -349,6 +349,11 @@ async def tell_idle(
     return parent
 
 
+_RESULT_PART = PartSql("subagent_result", ctes=(RESULT_SQL,),
+                       selects=("(SELECT thread_id FROM _result) AS notified_parent",),
+                       params=frozenset({"r_id", "r_cmid", "r_content", "r_text"}))
+
+
 @dataclass(frozen=True, slots=True)
 class ResultPart:
     """A child's final write also pushes its result to the parent (see RESULT_SQL)."""
@@ -356,19 +361,10 @@ class ResultPart:
     child_id: UUID
     content: dict[str, Any]
     text: str
-    key: str = "subagent_result"
+    sql: ClassVar[PartSql] = _RESULT_PART
 
-    def turn_set(self) -> str:
-        return ""
-
-    def ctes(self) -> list[str]:
-        return [RESULT_SQL]
-
-    def params(self) -> dict[str, Any]:
+    def values(self) -> dict[str, Any]:
         return result_params(self.child_id, self.content, self.text)
-
-    def selects(self) -> list[str]:
-        return ["(SELECT thread_id FROM _result) AS notified_parent"]
 
 
 async def cancel(db: Database, scope: Scope, thread_id: UUID, *, include_self: bool) -> list[UUID]:
@@ -507,6 +503,6 @@ async def set_org_caps(db: Database, scope: Scope, caps: dict[str, Any]) -> None
         UPDATE orgs SET settings = jsonb_set(settings, '{caps}', CAST(:caps AS jsonb))
          WHERE id = :org_id RETURNING id
     """)
-    rows = await db.fetch(stmt, {"org_id": scope.org_id, "caps": json.dumps(caps)}, write=True)
+    rows = await db.fetch(stmt, {"org_id": scope.org_id, "caps": jsonenc.dumps(caps)}, write=True)
     if not rows:
         raise NotFound("org not found")

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, ClassVar
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -38,6 +38,7 @@ from ator.store.ledger import (
     SETTLE_USAGE_SET,
     TURN_SHARD,
 )
+from ator.store.parts import PartSql, StepPart, compose
 from ator.store.records import Event, Turn
 from ator.store.schema import turns
 from ator.store.scope import Scope
@@ -177,7 +178,7 @@ class TurnStart:
     deleted: bool
     monthly_budget_usd: Decimal | None  # the limit in force: min(org budget, ceiling)
     history: list[dict[str, Any]]
-    # The editable prompt layers in force (store/prompts.py), read in the same statement.
+    # The editable prompt layers in force (store/layer_versions.py), read in the same statement.
     instructions_version: int = 0
     policy: str = ""
     policy_version: int = 0
@@ -250,24 +251,44 @@ class StepWrite:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class StepPart(Protocol):
-    """One piece of a step's statement. A part may add `SET` assignments to the turn's own
-    update (`turn_set`), WITH-items of its own (`ctes`, which may refer to `_turn`: it has a
-    row only while the turn is still running) and its parameters. Parts are how a feature adds
-    to a step write (a claim, a reservation's release) without a flag on a shared function.
-    `selects` are extra `expr AS name` columns of the statement's result (e.g. whether a
-    claim matched), returned in `StepWrite.extra`."""
+def _usage_cte(shard: str, settle: str) -> str:
+    """The org's month usage upsert of a billed call: into `shard` (SQL), with `settle`
+    appended to its ON CONFLICT SET list (a reservation's release, or nothing)."""
+    return f"""_usage AS (
+  -- Billed even when the turn was closed meanwhile: the provider charged for the call.
+  INSERT INTO org_usage (org_id, month, shard, cost_usd, tokens)
+  VALUES (:org_id, date_trunc('month', now())::date, {shard}, :d_cost,
+          :d_in + :d_out + :d_cr + :d_cw)
+  ON CONFLICT (org_id, month, shard) DO UPDATE
+    SET cost_usd = org_usage.cost_usd + EXCLUDED.cost_usd,
+        tokens = org_usage.tokens + EXCLUDED.tokens{settle}
+)"""
 
-    @property
-    def key(self) -> str: ...
 
-    def turn_set(self) -> str: ...
-
-    def ctes(self) -> list[str]: ...
-
-    def params(self) -> dict[str, Any]: ...
-
-    def selects(self) -> list[str]: ...
+_MODEL_CALL = """_mc AS (
+  INSERT INTO model_calls (org_id, thread_id, turn_id, setup_id, step, purpose, provider, model,
+    stop_reason, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
+    usage_reported, usage_estimated, cost_usd, priced, duration_ms, request_meta, cost_source)
+  VALUES (:org_id, :thread_id, :turn_id, :mc_setup_id, :mc_step, :mc_purpose, :mc_provider,
+    :mc_model, :mc_stop_reason, :d_in, :d_out, :d_cr, :d_cw, :mc_reported, :mc_estimated,
+    :d_cost, :mc_priced,
+    :mc_duration_ms, CAST(:mc_meta AS jsonb), :mc_cost_source)
+)"""
+_BILLED_SET = (", input_tokens = input_tokens + :d_in, output_tokens = output_tokens + :d_out,"
+               " cache_read_tokens = cache_read_tokens + :d_cr,"
+               " cache_write_tokens = cache_write_tokens + :d_cw, cost_usd = cost_usd + :d_cost")
+_BILLED_PARAMS = frozenset({
+    "d_in", "d_out", "d_cr", "d_cw", "d_cost", "mc_setup_id", "mc_step", "mc_purpose",
+    "mc_provider", "mc_model", "mc_stop_reason", "mc_reported", "mc_estimated", "mc_priced",
+    "mc_duration_ms", "mc_meta", "mc_cost_source"})
+# A call that settles a reservation bills the budget row (shard 0), where the next
+# reservation reads it under the row's lock; any other call bills its turn's shard.
+_BILLED = PartSql("billed", turn_set=_BILLED_SET,
+                  ctes=(_MODEL_CALL, _usage_cte(TURN_SHARD, settle="")),
+                  params=_BILLED_PARAMS)
+_BILLED_SETTLING = PartSql("billed+released", turn_set=_BILLED_SET + SETTLE_TURN_SET,
+                           ctes=(_MODEL_CALL, _usage_cte(BUDGET_SHARD, SETTLE_USAGE_SET)),
+                           params=_BILLED_PARAMS | {"released"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,22 +300,10 @@ class Billed:
     released: Decimal = Decimal(0)
 
     @property
-    def key(self) -> str:
-        return "billed+released" if self.released else "billed"
+    def sql(self) -> PartSql:
+        return _BILLED_SETTLING if self.released else _BILLED
 
-    def turn_set(self) -> str:
-        return (", input_tokens = input_tokens + :d_in, output_tokens = output_tokens + :d_out,"
-                " cache_read_tokens = cache_read_tokens + :d_cr,"
-                " cache_write_tokens = cache_write_tokens + :d_cw, cost_usd = cost_usd + :d_cost"
-                + (SETTLE_TURN_SET if self.released else ""))
-
-    def ctes(self) -> list[str]:
-        # A call that settles a reservation bills the budget row (shard 0), where the next
-        # reservation reads it under the row's lock; any other call bills its turn's shard.
-        return [_MODEL_CALL.replace("{settle}", SETTLE_USAGE_SET if self.released else "")
-                .replace("{shard}", BUDGET_SHARD if self.released else TURN_SHARD)]
-
-    def params(self) -> dict[str, Any]:
+    def values(self) -> dict[str, Any]:
         mc = self.call
         out = {
             "d_in": mc.input_tokens, "d_out": mc.output_tokens, "d_cr": mc.cache_read_tokens,
@@ -310,8 +319,12 @@ class Billed:
             out["released"] = self.released
         return out
 
-    def selects(self) -> list[str]:
-        return []
+
+_RELEASED = PartSql("released", turn_set=SETTLE_TURN_SET, ctes=("""_release AS (
+  UPDATE org_usage SET reserved_usd = GREATEST(reserved_usd - CAST(:released AS numeric), 0)
+   WHERE org_id = :org_id AND month = date_trunc('month', now())::date AND shard = 0
+     AND EXISTS (SELECT 1 FROM _turn)
+)""",), params=frozenset({"released"}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,23 +333,16 @@ class Released:
     before it, or it failed before the provider reported anything)."""
 
     amount: Decimal
-    key: str = "released"
+    sql: ClassVar[PartSql] = _RELEASED
 
-    def turn_set(self) -> str:
-        return SETTLE_TURN_SET
-
-    def ctes(self) -> list[str]:
-        return ["""_release AS (
-  UPDATE org_usage SET reserved_usd = GREATEST(reserved_usd - CAST(:released AS numeric), 0)
-   WHERE org_id = :org_id AND month = date_trunc('month', now())::date AND shard = 0
-     AND EXISTS (SELECT 1 FROM _turn)
-)"""]
-
-    def params(self) -> dict[str, Any]:
+    def values(self) -> dict[str, Any]:
         return {"released": self.amount}
 
-    def selects(self) -> list[str]:
-        return []
+
+_FINISHED = PartSql(
+    "finished",
+    turn_set=", status = :status, stop_reason = :stop_reason, error = :error, ended_at = now()",
+    params=frozenset({"status", "stop_reason", "error"}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,19 +352,15 @@ class Finished:
     status: str
     stop_reason: str
     error: str | None = None
-    key: str = "finished"
+    sql: ClassVar[PartSql] = _FINISHED
 
-    def turn_set(self) -> str:
-        return ", status = :status, stop_reason = :stop_reason, error = :error, ended_at = now()"
-
-    def ctes(self) -> list[str]:
-        return []
-
-    def params(self) -> dict[str, Any]:
+    def values(self) -> dict[str, Any]:
         return {"status": self.status, "stop_reason": self.stop_reason, "error": self.error}
 
-    def selects(self) -> list[str]:
-        return []
+
+_SNAPSHOT = PartSql(
+    "snapshot", turn_set=", config_snapshot = CAST(:snapshot AS jsonb), config_hash = :hash",
+    params=frozenset({"snapshot", "hash"}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,20 +369,18 @@ class Snapshot:
 
     data: dict[str, Any]
     hash: str
-    key: str = "snapshot"
+    sql: ClassVar[PartSql] = _SNAPSHOT
 
-    def turn_set(self) -> str:
-        return ", config_snapshot = CAST(:snapshot AS jsonb), config_hash = :config_hash"
+    def values(self) -> dict[str, Any]:
+        return {"snapshot": jsonenc.dumps(self.data), "hash": self.hash}
 
-    def ctes(self) -> list[str]:
-        return []
 
-    def params(self) -> dict[str, Any]:
-        return {"snapshot": jsonenc.dumps(self.data),
-                "config_hash": self.hash}
-
-    def selects(self) -> list[str]:
-        return []
+_DRAINED = PartSql("drained", ctes=("""_drain AS (
+  UPDATE mailbox SET turn_id = :turn_id
+   WHERE id = ANY(CAST(:ids AS uuid[])) AND thread_id = :thread_id AND org_id = :org_id
+     AND turn_id IS NULL AND EXISTS (SELECT 1 FROM _turn)
+  RETURNING id
+)""",), selects=("(SELECT count(*) FROM _drain) AS drained",), params=frozenset({"ids"}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,64 +390,22 @@ class Drained:
     thread lease is held, and `turn_id IS NULL` is the claim)."""
 
     ids: tuple[UUID, ...]
-    key: str = "drained"
+    sql: ClassVar[PartSql] = _DRAINED
 
-    def turn_set(self) -> str:
-        return ""
-
-    def ctes(self) -> list[str]:
-        return ["""_drain AS (
-  UPDATE mailbox SET turn_id = :turn_id
-   WHERE id = ANY(CAST(:drain_ids AS uuid[])) AND thread_id = :thread_id AND org_id = :org_id
-     AND turn_id IS NULL AND EXISTS (SELECT 1 FROM _turn)
-  RETURNING id
-)"""]
-
-    def params(self) -> dict[str, Any]:
-        return {"drain_ids": list(self.ids)}
-
-    def selects(self) -> list[str]:
-        return ["(SELECT count(*) FROM _drain) AS drained"]
+    def values(self) -> dict[str, Any]:
+        return {"ids": list(self.ids)}
 
 
-_MODEL_CALL = """_mc AS (
-  INSERT INTO model_calls (org_id, thread_id, turn_id, setup_id, step, purpose, provider, model,
-    stop_reason, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
-    usage_reported, usage_estimated, cost_usd, priced, duration_ms, request_meta, cost_source)
-  VALUES (:org_id, :thread_id, :turn_id, :mc_setup_id, :mc_step, :mc_purpose, :mc_provider,
-    :mc_model, :mc_stop_reason, :d_in, :d_out, :d_cr, :d_cw, :mc_reported, :mc_estimated,
-    :d_cost, :mc_priced,
-    :mc_duration_ms, CAST(:mc_meta AS jsonb), :mc_cost_source)
-), _usage AS (
-  -- Billed even when the turn was closed meanwhile: the provider charged for the call.
-  INSERT INTO org_usage (org_id, month, shard, cost_usd, tokens)
-  VALUES (:org_id, date_trunc('month', now())::date, {shard}, :d_cost,
-          :d_in + :d_out + :d_cr + :d_cw)
-  ON CONFLICT (org_id, month, shard) DO UPDATE
-    SET cost_usd = org_usage.cost_usd + EXCLUDED.cost_usd,
-        tokens = org_usage.tokens + EXCLUDED.tokens{settle}
-)"""
-_step_sql: dict[tuple[str, ...], sa.TextClause] = {}
-
-
-def _step_statement(parts: Sequence[StepPart]) -> sa.TextClause:
-    key = tuple(p.key for p in parts)
-    if key not in _step_sql:
-        seq_cte, insert = append_cte(guard="_turn")
-        turn_cte = (
-            "_turn AS (UPDATE turns SET steps = :steps, heartbeat_at = now()"
-            + "".join(p.turn_set() for p in parts)
-            + " WHERE id = :turn_id AND org_id = :org_id AND status = 'running' RETURNING id)"
-        )
-        ctes = [turn_cte, *(c for p in parts for c in p.ctes()), seq_cte, f"_ev AS ({insert})"]
-        # Data-modifying CTEs run whether the final SELECT reads them or not.
-        _step_sql[key] = sa.text(
-            "WITH " + ",\n".join(ctes) + "\nSELECT (SELECT count(*) FROM _turn) AS live, "
-            + "".join(f"{c}, " for p in parts for c in p.selects()) +
-            "(SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data', data,"
-            " 'created_at', created_at) ORDER BY seq), '[]') FROM _ev) AS events"
-        )
-    return _step_sql[key]
+def _step_sql(turn_set: str, ctes: list[str], selects: list[str]) -> str:
+    seq_cte, insert = append_cte(guard="_turn")
+    turn_cte = ("_turn AS (UPDATE turns SET steps = :steps, heartbeat_at = now()" + turn_set
+                + " WHERE id = :turn_id AND org_id = :org_id AND status = 'running' RETURNING id)")
+    # Data-modifying CTEs run whether the final SELECT reads them or not.
+    return ("WITH " + ",\n".join([turn_cte, *ctes, seq_cte, f"_ev AS ({insert})"])
+            + "\nSELECT (SELECT count(*) FROM _turn) AS live, "
+            + "".join(f"{c}, " for c in selects)
+            + "(SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data',"
+            " data, 'created_at', created_at) ORDER BY seq), '[]') FROM _ev) AS events")
 
 
 async def write_step(
@@ -463,14 +421,12 @@ async def write_step(
     """Persist one step of a running turn in one statement: its events, its step count and
     heartbeat, and every part given (a billed model call, the turn's end, its snapshot, …).
     Nothing is written when the turn is no longer running (`StepWrite.live` is False)."""
-    parts = sorted(parts, key=lambda p: p.key)
+    composed = compose(tuple(p.sql for p in parts), _step_sql)
     params: dict[str, Any] = {
         "org_id": scope.org_id, "thread_id": thread_id, "turn_id": turn_id, "steps": steps,
     }
     params.update(event_params(items))
-    for part in parts:
-        params.update(part.params())
-    row = (await db.fetch(_step_statement(parts), params, write=True))[0]
+    row = (await db.fetch(composed.statement, composed.params(parts, params), write=True))[0]
     written = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
         for e in row["events"]

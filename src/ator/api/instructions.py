@@ -1,13 +1,11 @@
-"""The editable prompt layers and the inspector of model calls (layer: api).
+"""The editable prompt layers (layer: api; imports fastapi, engine.runtime, engine.instructions).
 
 - `GET/PUT /v1/org/policy` (read: viewer, edit: admin) and `GET /v1/org/policy/versions`;
 - `GET/PUT /v1/threads/{id}/instructions` (read: viewer, edit: member) and `…/versions`;
   every edit bumps the layer's version (0: as created) and keeps the old text; a turn
-  uses the versions in force when it starts;
-- `GET /v1/turns/{id}/calls` and `GET /v1/calls/{id}`: what each model call was sent (layer
-  hashes and versions, tools, breakpoints, size), its usage and cost, latency and time to
-  first token, and a diff against the thread's previous call naming what broke the prompt
-  cache. Only the thread's creator and admins may look; anyone else gets a 404.
+  uses the versions in force when it starts.
+
+The inspector of model calls is api.calls.
 """
 
 from __future__ import annotations
@@ -15,12 +13,11 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Query
 
 from ator.api.auth import get_ator, require
 from ator.api.schemas import InstructionsIn, PolicyIn
-from ator.engine.inspector import Inspector
-from ator.engine.prompts import LayerText, LayerVersion, Prompts
+from ator.engine.instructions import LayerText, LayerVersion, Prompts
 from ator.engine.runtime import Ator
 from ator.store.records import Principal
 
@@ -86,18 +83,3 @@ async def instruction_versions(
 ) -> dict[str, Any]:
     found = await ator.service(Prompts).instruction_versions(p.scope, thread_id, limit=limit)
     return {"data": [_version(v) for v in found]}
-
-
-@router.get("/turns/{turn_id}/calls")
-async def turn_calls(
-    turn_id: UUID, p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator)
-) -> dict[str, Any]:
-    return {"data": await ator.service(Inspector).turn_calls(p.scope, turn_id)}
-
-
-@router.get("/calls/{call_id}")
-async def get_call(
-    call_id: int = Path(ge=1, le=2**63 - 1), p: Principal = Depends(require("viewer")),
-    ator: Ator = Depends(get_ator),
-) -> dict[str, Any]:
-    return await ator.service(Inspector).call(p.scope, call_id)

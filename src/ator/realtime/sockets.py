@@ -1,4 +1,4 @@
-"""The socket gateway: socket.io on ASGI in the API's app (layer: realtime; imports socketio,
+"""The socket server: socket.io on ASGI in the API's app (layer: realtime; imports socketio,
 engine.runtime, engine.stream, store.keys, security.sessions, realtime.connection,
 realtime.outbox).
 
@@ -41,7 +41,7 @@ import socketio  # type: ignore[import-untyped]
 
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
-from ator.engine.stream import FRAME_VERSION
+from ator.engine.wire import turn_frame
 from ator.errors import (
     AtorError,
     CoordinationError,
@@ -54,15 +54,15 @@ from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
 from ator.realtime.managers import LocalManager, RedisManager
 from ator.realtime.outbox import Outbox, Server
+from ator.security.roles import check_role
 from ator.security.sessions import csrf_valid, session_from_cookies
 from ator.store.records import Event, Principal
 from ator.store.scope import Scope
 
-__all__ = ["Gateway"]
+__all__ = ["SocketServer"]
 
 log = get_logger("ator.realtime")
 
-_ROLE = {"viewer": 0, "member": 1, "admin": 2}
 Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -78,24 +78,7 @@ class UnknownCommand(AtorError):
     status = 404
 
 
-def org_frame(thread_id: UUID, event: Event) -> dict[str, Any] | None:
-    """The org room's frame for a turn starting or ending (None for other events)."""
-    data = event.data or {}
-    if event.kind == "turn_started":
-        return {"v": FRAME_VERSION, "seq": None, "type": "turn.started",
-                "data": {"thread_id": str(thread_id), "turn_id": data.get("turn_id"),
-                         "busy": True, "parent_id": data.get("parent_id"),
-                         "root_id": data.get("root_id")}}
-    if event.kind == "turn_ended":
-        return {"v": FRAME_VERSION, "seq": None, "type": "turn.ended",
-                "data": {"thread_id": str(thread_id), "turn_id": data.get("turn_id"),
-                         "busy": False, "status": data.get("status"),
-                         "stop_reason": data.get("stop_reason"), "steps": data.get("steps"),
-                         "usage": data.get("usage"), "cost_usd": data.get("cost_usd")}}
-    return None
-
-
-class Gateway:
+class SocketServer:
     """The socket.io server of one replica. `asgi` is its ASGI app (path /socket.io/);
     `attach(ator)` once the runtime is open, `close()` before it closes."""
 
@@ -272,7 +255,7 @@ class Gateway:
         limit = self.ator.settings.rate_limit_per_minute
         if limit > 0:
             window = 60.0
-            if await self.ator.coord.hit(f"rl:{p.org_id}:{p.user_id}", window) > limit:
+            if await self.ator.count_hit(f"rl:{p.org_id}:{p.user_id}", window) > limit:
                 raise RateLimited(f"more than {limit} requests this minute",
                                   retry_after=window - (time.time() % window))
 
@@ -326,7 +309,7 @@ class Gateway:
 
     def _on_events(self, scope: Scope, thread_id: UUID, events: Sequence[Event]) -> None:
         for event in events:
-            frame = org_frame(thread_id, event)
+            frame = turn_frame(thread_id, event)
             if frame is not None:
                 self._spawn(self.sio.emit("frame", frame, room=f"org:{scope.org_id}"))
 
@@ -373,8 +356,7 @@ def _thread_id(payload: dict[str, Any]) -> UUID:
 
 
 def _require(p: Principal, role: str) -> None:
-    if _ROLE[p.role] < _ROLE[role]:
-        raise Forbidden(f"this needs the {role} role; the key has {p.role}")
+    check_role(p.role, role)
 
 
 def _problem(exc: AtorError) -> dict[str, Any]:
@@ -382,15 +364,15 @@ def _problem(exc: AtorError) -> dict[str, Any]:
 
 
 class SocketRoute:
-    """ASGI middleware sending /socket.io/ (HTTP long-polling and WebSocket) to the gateway
+    """ASGI middleware sending /socket.io/ (HTTP long-polling and WebSocket) to the socket server
     and everything else to the app it wraps."""
 
-    def __init__(self, app: Any, gateway: Gateway) -> None:
+    def __init__(self, app: Any, server: SocketServer) -> None:
         self.app = app
-        self.gateway = gateway
+        self.server = server
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] in ("http", "websocket") and scope["path"].startswith("/socket.io/"):
-            await self.gateway.asgi(scope, receive, send)
+            await self.server.asgi(scope, receive, send)
             return
         await self.app(scope, receive, send)

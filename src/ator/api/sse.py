@@ -1,5 +1,5 @@
 """Server-sent events of a thread, for API clients and curl (layer: api; imports
-engine.stream, engine.runtime, api.auth, api.limits).
+engine.runtime, api.auth, api.limits).
 
 `GET /v1/threads/{id}/stream` answers `text/event-stream`: every persisted event after the
 cursor (the `Last-Event-ID` header, else `?after_seq=`, else 0) from the database, then live,
@@ -17,7 +17,6 @@ caller's wait slots (429 `too_many_waits` past the cap) for as long as it is ope
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
@@ -25,10 +24,10 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
+from ator import jsonenc
 from ator.api.auth import get_ator, require
 from ator.api.limits import WaitSlots
 from ator.engine.runtime import Ator
-from ator.engine.stream import thread_frames
 from ator.errors import ValidationFailed
 from ator.store.records import Principal
 
@@ -42,7 +41,7 @@ _KEEPALIVE = 15.0
 def sse(frame: dict[str, Any]) -> bytes:
     """One frame as an SSE message (persisted ones carry their seq as the event id)."""
     head = f"id: {frame['seq']}\n" if frame["seq"] is not None else ""
-    body = json.dumps(frame, separators=(",", ":"), default=str)
+    body = jsonenc.dumps(frame)
     return f"{head}event: {frame['type']}\ndata: {body}\n\n".encode()
 
 
@@ -74,8 +73,8 @@ async def stream_thread(
     held = contextlib.ExitStack()
     held.enter_context(slots.hold(p.org_id, p.user_id))
     try:
-        frames = await thread_frames(ator.db, ator.coord, p.scope, thread_id, after_seq=cursor,
-                                     deltas=deltas, keepalive=_KEEPALIVE)
+        frames = await ator.thread_frames(p.scope, thread_id, after_seq=cursor, deltas=deltas,
+                                          keepalive=_KEEPALIVE)
     except BaseException:
         held.close()
         raise

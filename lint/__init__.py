@@ -1,0 +1,1 @@
+"""ator's own lint rules (not part of the installed package)."""
