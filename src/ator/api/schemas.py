@@ -28,6 +28,9 @@ __all__ = [
     "SetupIn",
     "SetupPatch",
     "ThreadIn",
+    "WebhookEndpointIn",
+    "WebhookInboundIn",
+    "WebhookMappingIn",
 ]
 
 Name = Field(min_length=1, max_length=200)
@@ -191,3 +194,30 @@ class McpServerPatch(_Body):
     enabled: bool | None = None
     allow: list[str] | None = None
     deny: list[str] | None = None
+
+
+class WebhookEndpointIn(_Body):
+    """An outbound endpoint as `POST /v1/webhooks/endpoints` takes it. The URL is judged by
+    the egress guard (422 `webhook_url_refused`); unknown event types are 422
+    `webhook_event_type_unknown`."""
+
+    url: str = Field(min_length=1, max_length=2048,
+                     description="https (http only to a host the operator allowlisted).")
+    event_types: list[str] = Field(default_factory=list, max_length=32,
+                                   description="Types sent (`turn.ended`); empty: all.")
+    description: str = Field(default="", max_length=500)
+
+
+class WebhookInboundIn(_Body):
+    """An inbound endpoint as `POST /v1/webhooks/inbound` takes it."""
+
+    name: str = Name
+    thread_id: UUID = Field(description="The thread each accepted webhook is a message in.")
+    mapping: dict[str, Any] = Field(description='{"text": "<template>"}: `{/json/pointer}` '
+                                    "is replaced by the payload's value there.")
+
+
+class WebhookMappingIn(_Body):
+    """`PATCH /v1/webhooks/inbound/{id}`: a new mapping (replay failed requests after)."""
+
+    mapping: dict[str, Any]
