@@ -212,7 +212,8 @@ async def test_registration_refuses_private_and_plain_http_destinations(make_ato
         scope = Scope((await ator.create_org(f"wh-{uuid.uuid4().hex[:6]}")).id)
         for url in ("https://10.0.0.7/hook", "https://127.0.0.1:8443/hook",
                     "https://[::1]/hook", "https://169.254.169.254/latest",
-                    "http://127.0.0.1:9/hook", "https://localhost/hook", "ftp://example.com/x"):
+                    "http://127.0.0.1:9/hook", "https://localhost/hook", "ftp://example.com/x",
+                    "https://user@/x", "http://not-yet-published.example/hook"):
             with pytest.raises(ValidationFailed) as refused:
                 await hooks.create_endpoint(scope, url=url)
             assert refused.value.code == "webhook_url_refused", url
@@ -222,6 +223,9 @@ async def test_registration_refuses_private_and_plain_http_destinations(make_ato
                                         event_types=["turn.started"])
         assert unknown.value.code == "webhook_event_type_unknown"
         assert await hooks.list_endpoints(scope) == []
+        # A name that resolves nowhere yet is accepted over https (each delivery is judged).
+        later, _ = await hooks.create_endpoint(scope, url="https://not-yet.example/hook")
+        assert [e.id for e in await hooks.list_endpoints(scope)] == [later.id]
 
 
 async def test_a_turn_end_that_did_not_commit_writes_no_event(

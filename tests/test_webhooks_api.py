@@ -99,7 +99,7 @@ async def test_outbound_endpoints_by_role_and_org(api: Any) -> None:
     missing = await client.post(f"/v1/webhooks/deliveries/{uuid.uuid4()}/replay",
                                 headers=auth(a))
     assert missing.status_code == 404
-    assert missing.json()["code"] == "webhook_delivery_not_found"
+    assert missing.json()["code"] == "not_found"
     assert (await client.delete(f"/v1/webhooks/endpoints/{eid}",
                                 headers=auth(a))).status_code == 204
 

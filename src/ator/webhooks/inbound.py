@@ -79,7 +79,7 @@ class InboundHooks:
     async def get(self, scope: Scope, inbound_id: UUID) -> store.Inbound:
         found = await store.get_inbound(self.db, scope, inbound_id)
         if found is None:
-            raise NotFound("no such inbound webhook", code="webhook_inbound_not_found")
+            raise NotFound("no such inbound webhook")
         return found
 
     async def set_mapping(self, scope: Scope, inbound_id: UUID, mapping: Any) -> store.Inbound:
@@ -93,7 +93,7 @@ class InboundHooks:
         and BadSignature (401) when the signature does not verify."""
         endpoint = await store.inbound_by_id(self.db, inbound_id)
         if endpoint is None:
-            raise NotFound("no such inbound webhook", code="webhook_inbound_not_found")
+            raise NotFound("no such inbound webhook")
         secret = self.master_key.decrypt(endpoint.secret_nonce, endpoint.secret_ct,
                                          context=secret_context(endpoint.org_id))
         webhook_id = verify(secret, headers, body, now=time.time(),
@@ -112,7 +112,7 @@ class InboundHooks:
         Conflict when it did not fail."""
         found = await store.get_received(self.db, scope, received_id)
         if found is None:
-            raise NotFound("no such inbound request", code="webhook_received_not_found")
+            raise NotFound("no such inbound request")
         if found.status != "failed":
             raise Conflict(f"the request is {found.status}, not failed",
                            code="webhook_received_not_failed")

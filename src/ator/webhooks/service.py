@@ -5,7 +5,8 @@ An endpoint is an org's URL with event-type filters and a `whsec_` secret, retur
 creation and kept sealed (AES-GCM under the master key). The URL is judged by the egress
 guard when it is registered, with the name resolved: https only unless the operator
 allowlisted the host, and no private, loopback, link-local or reserved address (422
-`webhook_url_refused`). The guard judges every delivery again.
+`webhook_url_refused`). A name that does not resolve yet is accepted: the guard judges every
+delivery again, resolving each time.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from ator.errors import Conflict, EgressBlocked, NotFound, ValidationFailed
+from ator.errors import ConfigError, Conflict, EgressBlocked, NotFound, ValidationFailed
 from ator.jobs import JobQueue
 from ator.net import Egress
 from ator.security.crypto import MasterKey
@@ -63,12 +64,21 @@ class Webhooks:
             if not parts.hostname:
                 raise ValueError("no host")
             self.egress.guard.check_url(url)
-            await self.egress.guard.admit(parts.scheme, parts.hostname, port)
+            try:
+                await self.egress.guard.admit(parts.scheme, parts.hostname, port)
+            except OSError:
+                # A name that does not resolve today is no danger: every delivery is judged
+                # again, and a name may be published after its endpoint is registered. It
+                # still needs https unless the operator allowlisted it.
+                if parts.scheme != "https" and not self.egress.policy.allows_host(
+                        parts.hostname):
+                    raise EgressBlocked(parts.hostname, "https required for a destination "
+                                        "not in ATOR_EGRESS_ALLOW") from None
         except EgressBlocked as exc:
             raise ValidationFailed(f"this URL may not receive webhooks: {exc.message}",
                                    code="webhook_url_refused") from None
-        except (ValueError, OSError) as exc:  # malformed, or the name does not resolve
-            raise ValidationFailed(f"not a reachable http(s) URL: {exc}",
+        except (ValueError, ConfigError) as exc:  # malformed
+            raise ValidationFailed(f"not an http(s) URL: {exc}",
                                    code="webhook_url_refused") from None
 
     async def list_endpoints(self, scope: Scope) -> list[store.Endpoint]:
@@ -78,12 +88,12 @@ class Webhooks:
         """Raises NotFound (also for another org's)."""
         found = await store.get_endpoint(self.db, scope, endpoint_id)
         if found is None:
-            raise NotFound("no such webhook endpoint", code="webhook_endpoint_not_found")
+            raise NotFound("no such webhook endpoint")
         return found
 
     async def delete_endpoint(self, scope: Scope, endpoint_id: UUID) -> None:
         if not await store.delete_endpoint(self.db, scope, endpoint_id):
-            raise NotFound("no such webhook endpoint", code="webhook_endpoint_not_found")
+            raise NotFound("no such webhook endpoint")
 
     async def deliveries(self, scope: Scope, endpoint_id: UUID, *,
                          limit: int = 100) -> list[store.Delivery]:
@@ -95,7 +105,7 @@ class Webhooks:
         """A delivery and its attempts. Raises NotFound."""
         found = await store.get_delivery(self.db, scope, delivery_id)
         if found is None:
-            raise NotFound("no such webhook delivery", code="webhook_delivery_not_found")
+            raise NotFound("no such webhook delivery")
         return found[0], await store.list_attempts(self.db, scope, delivery_id)
 
     async def replay(self, scope: Scope, delivery_id: UUID) -> None:
