@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from standardwebhooks.webhooks import Webhook
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from ator import Ator
 from ator.errors import NotFound, ValidationFailed
@@ -196,3 +196,34 @@ async def test_a_turn_end_that_did_not_commit_writes_no_event(
         assert write.extra["webhook_jobs"] == 0
         assert len(await hooks.deliveries(scope, endpoint.id)) == 1
         assert len(receiver.at("/once")) == 1
+
+
+async def test_a_rotated_secret_signs_beside_the_old_one_during_the_overlap(
+        make_ator: Any, receiver: Receiver) -> None:
+    async with make_ator(**scripted(), **FAST) as ator:
+        await ator.start_jobs()
+        scope = Scope((await ator.create_org(f"wh-{uuid.uuid4().hex[:6]}")).id)
+        hooks = ator.service(Webhooks)
+        endpoint, old = await hooks.create_endpoint(scope, url=receiver.url("/rot"),
+                                                    event_types=["turn.ended"])
+        rotated, new = await hooks.rotate_secret(scope, endpoint.id, overlap=3600)
+        assert new != old and rotated.previous_until is not None
+        # A test-send reaches the endpoint whatever its filters.
+        await hooks.send_test(scope, endpoint.id)
+        [seen] = await receiver.wait_for("/rot", 1)
+        assert len(seen.headers["webhook-signature"].split(" ")) == 2
+        for secret in (old, new):
+            assert Webhook(secret).verify(seen.body, seen.headers)["type"] == "webhook.test"
+
+        # With no overlap the previous secret (`new`) stops signing at once.
+        _, newest = await hooks.rotate_secret(scope, endpoint.id, overlap=0)
+        await hooks.send_test(scope, endpoint.id)
+        second = (await receiver.wait_for("/rot", 2))[1]
+        assert len(second.headers["webhook-signature"].split(" ")) == 1
+        Webhook(newest).verify(second.body, second.headers)
+        with pytest.raises(WebhookVerificationError):
+            Webhook(new).verify(second.body, second.headers)
+        with pytest.raises(NotFound):
+            await hooks.send_test(Scope(uuid.uuid4()), endpoint.id)
+        with pytest.raises(NotFound):
+            await hooks.rotate_secret(Scope(uuid.uuid4()), endpoint.id, overlap=60)

@@ -92,6 +92,22 @@ async def test_outbound_endpoints_by_role_and_org(api: Any) -> None:
     assert [e["id"] for e in listed] == [eid] and "secret" not in listed[0]
     assert (await client.get(f"/v1/webhooks/endpoints/{eid}/deliveries",
                              headers=auth(a))).json() == {"data": []}
+    rotated = await client.post(f"/v1/webhooks/endpoints/{eid}/rotate-secret",
+                                headers=auth(a), json={"overlap_s": 60})
+    assert rotated.status_code == 200 and rotated.json()["secret"].startswith("whsec_")
+    assert rotated.json()["secret"] != made.json()["secret"]
+    assert rotated.json()["previous_secret_until"] is not None
+    too_long = await client.post(f"/v1/webhooks/endpoints/{eid}/rotate-secret",
+                                 headers=auth(a), json={"overlap_s": 10**9})
+    assert too_long.status_code == 422
+    sent = await client.post(f"/v1/webhooks/endpoints/{eid}/test", headers=auth(a))
+    assert sent.status_code == 202
+    shown_delivery = await client.get(f"/v1/webhooks/deliveries/{sent.json()['delivery_id']}",
+                                      headers=auth(a))
+    assert shown_delivery.json()["event_type"] == "webhook.test"
+    for path in (f"/v1/webhooks/endpoints/{eid}/test",
+                 f"/v1/webhooks/deliveries/{sent.json()['delivery_id']}/replay"):
+        assert (await client.post(path, headers=auth(b))).status_code == 404
     for path in (f"/v1/webhooks/endpoints/{eid}", f"/v1/webhooks/endpoints/{eid}/deliveries"):
         assert (await client.get(path, headers=auth(b))).status_code == 404
     assert (await client.delete(f"/v1/webhooks/endpoints/{eid}",

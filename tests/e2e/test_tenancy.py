@@ -172,6 +172,7 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
                                            "thread_id": victim.ids["thread_id"],
                                            "mapping": {"text": "{/x}"}},
         ("patch", "/v1/webhooks/inbound/{inbound_id}"): {"mapping": {"text": "outside {/x}"}},
+        ("post", "/v1/webhooks/endpoints/{endpoint_id}/rotate-secret"): {"overlap_s": 60},
     }
     assert (method, path) in bodies, f"add a valid request body for {method.upper()} {path}"
     return bodies[(method, path)]

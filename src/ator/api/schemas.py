@@ -31,6 +31,7 @@ __all__ = [
     "WebhookEndpointIn",
     "WebhookInboundIn",
     "WebhookMappingIn",
+    "WebhookRotateIn",
 ]
 
 Name = Field(min_length=1, max_length=200)
@@ -221,3 +222,10 @@ class WebhookMappingIn(_Body):
     """`PATCH /v1/webhooks/inbound/{id}`: a new mapping (replay failed requests after)."""
 
     mapping: dict[str, Any]
+
+
+class WebhookRotateIn(_Body):
+    """`POST /v1/webhooks/endpoints/{id}/rotate-secret`: how long the old secret still signs."""
+
+    overlap_s: int = Field(default=86_400, ge=0, le=7 * 86_400,
+                           description="Seconds both secrets sign (two signatures).")

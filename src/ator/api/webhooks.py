@@ -15,7 +15,12 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ator.api.auth import get_ator, require
-from ator.api.schemas import WebhookEndpointIn, WebhookInboundIn, WebhookMappingIn
+from ator.api.schemas import (
+    WebhookEndpointIn,
+    WebhookInboundIn,
+    WebhookMappingIn,
+    WebhookRotateIn,
+)
 from ator.engine.runtime import Ator
 from ator.errors import AtorError
 from ator.store.records import Principal
@@ -28,7 +33,8 @@ router = APIRouter()
 def endpoint_view(e: Endpoint) -> dict[str, Any]:
     return {"id": str(e.id), "url": e.url, "description": e.description,
             "event_types": e.event_types, "enabled": e.enabled,
-            "disabled_reason": e.disabled_reason, "created_at": e.created_at.isoformat()}
+            "disabled_reason": e.disabled_reason, "created_at": e.created_at.isoformat(),
+            "previous_secret_until": e.previous_until.isoformat() if e.previous_until else None}
 
 
 def delivery_view(d: Delivery) -> dict[str, Any]:
@@ -77,6 +83,21 @@ async def delete_endpoint(endpoint_id: UUID, p: Principal = Depends(require("adm
                           ator: Ator = Depends(get_ator)) -> Response:
     await ator.service(Webhooks).delete_endpoint(p.scope, endpoint_id)
     return Response(status_code=204)
+
+
+@router.post("/v1/webhooks/endpoints/{endpoint_id}/rotate-secret")
+async def rotate_secret(endpoint_id: UUID, body: WebhookRotateIn,
+                        p: Principal = Depends(require("admin")),
+                        ator: Ator = Depends(get_ator)) -> dict[str, Any]:
+    endpoint, secret = await ator.service(Webhooks).rotate_secret(
+        p.scope, endpoint_id, overlap=body.overlap_s)
+    return {**endpoint_view(endpoint), "secret": secret}
+
+
+@router.post("/v1/webhooks/endpoints/{endpoint_id}/test", status_code=202)
+async def send_test(endpoint_id: UUID, p: Principal = Depends(require("admin")),
+                    ator: Ator = Depends(get_ator)) -> dict[str, Any]:
+    return {"delivery_id": str(await ator.service(Webhooks).send_test(p.scope, endpoint_id))}
 
 
 @router.get("/v1/webhooks/endpoints/{endpoint_id}/deliveries")

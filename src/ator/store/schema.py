@@ -488,6 +488,10 @@ webhook_endpoints = sa.Table(
     sa.Column("secret_ct", sa.LargeBinary, nullable=False),
     sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("disabled_reason", sa.Text, nullable=True),
+    # The secret before the last rotation, still signing until `previous_until`.
+    sa.Column("previous_nonce", sa.LargeBinary, nullable=True),
+    sa.Column("previous_ct", sa.LargeBinary, nullable=True),
+    sa.Column("previous_until", sa.DateTime(timezone=True), nullable=True),
     _created(),
     sa.Index("ix_webhook_endpoints_org", "org_id"),
 )

@@ -43,11 +43,13 @@ __all__ = [
     "get_inbound",
     "get_received",
     "inbound_by_id",
+    "insert_test_delivery",
     "list_attempts",
     "list_deliveries",
     "list_endpoints",
     "record_attempt",
     "reopen_delivery",
+    "rotate_secret",
     "set_mapping",
     "set_received",
     "store_received",
@@ -66,6 +68,9 @@ class Endpoint:
     enabled: bool
     disabled_reason: str | None
     created_at: datetime
+    previous_nonce: bytes | None = None
+    previous_ct: bytes | None = None
+    previous_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +124,10 @@ class Received:
 def _endpoint(r: Any) -> Endpoint:
     return Endpoint(r["id"], r["org_id"], r["url"], r["description"], list(r["event_types"]),
                     bytes(r["secret_nonce"]), bytes(r["secret_ct"]), r["enabled"],
-                    r["disabled_reason"], r["created_at"])
+                    r["disabled_reason"], r["created_at"],
+                    bytes(r["previous_nonce"]) if r["previous_nonce"] is not None else None,
+                    bytes(r["previous_ct"]) if r["previous_ct"] is not None else None,
+                    r["previous_until"])
 
 
 def _delivery(r: Any) -> Delivery:
@@ -186,6 +194,23 @@ async def disable_endpoint(db: Database, scope: Scope, endpoint_id: UUID, reason
                                        "reason": reason}, write=True)
 
 
+_ROTATE = sa.text("""
+UPDATE webhook_endpoints
+   SET previous_nonce = secret_nonce, previous_ct = secret_ct,
+       previous_until = now() + make_interval(secs => :overlap),
+       secret_nonce = :nonce, secret_ct = :ct
+ WHERE id = :id AND org_id = :org_id
+RETURNING *""")
+
+
+async def rotate_secret(db: Database, scope: Scope, endpoint_id: UUID, *, nonce: bytes,
+                        ct: bytes, overlap: float) -> Endpoint | None:
+    """A new secret; the old one keeps signing for `overlap` seconds. None: not this org's."""
+    rows = await db.fetch(_ROTATE, {"id": endpoint_id, "org_id": scope.org_id, "nonce": nonce,
+                                    "ct": ct, "overlap": float(overlap)}, write=True)
+    return _endpoint(rows[0]) if rows else None
+
+
 # --- the outbox ---------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +268,26 @@ async def fan_out(conn: Connection, scope: Scope, event_id: UUID) -> list[UUID]:
     rows = (await conn.execute(_FAN_OUT, {"event_id": event_id,
                                           "org_id": scope.org_id})).all()
     return [r["id"] for r in rows]
+
+
+_TEST_DELIVERY = sa.text("""
+WITH w AS (SELECT id FROM webhook_endpoints WHERE id = :endpoint_id AND org_id = :org_id),
+ev AS (
+  INSERT INTO webhook_events (id, org_id, type, body)
+  SELECT :event_id, :org_id, 'webhook.test', :body FROM w RETURNING id)
+INSERT INTO webhook_deliveries (id, org_id, endpoint_id, event_id)
+SELECT gen_random_uuid(), :org_id, w.id, ev.id FROM w, ev
+RETURNING id""")
+
+
+async def insert_test_delivery(conn: Connection, scope: Scope, endpoint_id: UUID, event_id: UUID,
+                        body: str) -> UUID | None:
+    """A `webhook.test` event and its delivery to this one endpoint (whatever its filters),
+    on the caller's transaction. None: not this org's endpoint."""
+    row = first((await conn.execute(_TEST_DELIVERY, {
+        "endpoint_id": endpoint_id, "org_id": scope.org_id, "event_id": event_id,
+        "body": body})).all())
+    return row["id"] if row is not None else None
 
 
 # --- deliveries and their log -------------------------------------------------------------

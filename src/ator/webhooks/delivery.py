@@ -12,6 +12,7 @@ Two job kinds:
   attempt; its target receives nothing). 2xx delivers; 410 disables the endpoint; anything
   else is retried after the next of `webhook_retry_delays` (±10 % jitter; a longer
   `Retry-After` wins) until they are spent, then the delivery is `failed` (replayable).
+  During a secret rotation's overlap each request carries two signatures (new, then old).
   Every attempt is logged: status, latency, error, a capped excerpt of the answer.
 """
 
@@ -102,9 +103,8 @@ class Deliverer:
         if endpoint is None or not endpoint.enabled:
             await store.finish_delivery(self.db, scope, delivery.id, "skipped")
             return
-        secret = self.master_key.decrypt(endpoint.secret_nonce, endpoint.secret_ct,
-                                         context=secret_context(scope.org_id))
-        status, wait = await self._attempt(scope, delivery, endpoint.url, secret, body)
+        status, wait = await self._attempt(scope, delivery, endpoint.url,
+                                           self._secrets(endpoint), body)
         if status is not None and 200 <= status < 300:
             await store.finish_delivery(self.db, scope, delivery.id, "delivered")
         elif status == 410:
@@ -118,15 +118,28 @@ class Deliverer:
             raise Retry(after=max(delay, min(wait or 0.0, _MAX_RETRY_AFTER)),
                         reason=f"webhook attempt {ctx.attempt} failed ({status})")
 
-    async def _attempt(self, scope: Scope, delivery: store.Delivery, url: str, secret: str,
-                       body: str) -> tuple[int | None, float | None]:
+    def _secrets(self, endpoint: store.Endpoint) -> list[str]:
+        """The endpoint's secret, and during a rotation's overlap the previous one too."""
+        context = secret_context(endpoint.org_id)
+        found = [self.master_key.decrypt(endpoint.secret_nonce, endpoint.secret_ct,
+                                         context=context)]
+        if endpoint.previous_nonce is not None and endpoint.previous_ct is not None \
+                and endpoint.previous_until is not None \
+                and endpoint.previous_until > datetime.now(UTC):
+            found.append(self.master_key.decrypt(endpoint.previous_nonce, endpoint.previous_ct,
+                                                 context=context))
+        return found
+
+    async def _attempt(self, scope: Scope, delivery: store.Delivery, url: str,
+                       secrets: list[str], body: str) -> tuple[int | None, float | None]:
         """One POST, logged; returns (status or None, Retry-After seconds or None)."""
         data = body.encode()
         msg_id = f"msg_{delivery.event_id.hex}"
         stamp = int(datetime.now(UTC).timestamp())
         headers = {"content-type": "application/json", "user-agent": "ator-webhooks/1",
                    "webhook-id": msg_id, "webhook-timestamp": str(stamp),
-                   "webhook-signature": sign(secret, msg_id, stamp, data)}
+                   "webhook-signature": " ".join(sign(secret, msg_id, stamp, data)
+                                                 for secret in secrets)}
         status: int | None = None
         error: str | None = None
         excerpt: str | None = None

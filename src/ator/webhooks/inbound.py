@@ -132,10 +132,15 @@ class InboundHooks:
             await store.set_received(self.db, scope, received.id, "failed", exc.message)
             return
         # Idempotent per received request: a job run twice puts one item in the mailbox.
-        _, created = await mailbox_store.submit(
-            self.db, scope, endpoint.thread_id, client_message_id=f"webhook:{received.id}",
-            kind="message", content={"role": "user", "content": [{"type": "text",
-                                                                   "text": text}]})
+        try:
+            _, created = await mailbox_store.submit(
+                self.db, scope, endpoint.thread_id, client_message_id=f"webhook:{received.id}",
+                kind="message", content={"role": "user", "content": [{"type": "text",
+                                                                       "text": text}]})
+        except NotFound:  # the thread was put in the trash: kept, replayable if restored
+            await store.set_received(self.db, scope, received.id, "failed",
+                                     "the endpoint's thread is not there")
+            return
         await store.set_received(self.db, scope, received.id, "delivered")
         if created:
             await self.waker.notify(scope, endpoint.thread_id)

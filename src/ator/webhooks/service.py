@@ -11,10 +11,13 @@ delivery again, resolving each time.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 from uuid import UUID
 
+from ator import jsonenc
 from ator.errors import ConfigError, Conflict, EgressBlocked, NotFound, ValidationFailed
 from ator.jobs import JobQueue
 from ator.net import Egress
@@ -80,6 +83,33 @@ class Webhooks:
         except (ValueError, ConfigError) as exc:  # malformed
             raise ValidationFailed(f"not an http(s) URL: {exc}",
                                    code="webhook_url_refused") from None
+
+    async def rotate_secret(self, scope: Scope, endpoint_id: UUID, *,
+                            overlap: float) -> tuple[store.Endpoint, str]:
+        """A new secret (returned this once); the old one still signs, beside it, for
+        `overlap` seconds. Raises NotFound."""
+        secret = new_secret()
+        nonce, ct = self.master_key.encrypt(secret, context=secret_context(scope.org_id))
+        rotated = await store.rotate_secret(self.db, scope, endpoint_id, nonce=nonce, ct=ct,
+                                            overlap=overlap)
+        if rotated is None:
+            raise NotFound("no such webhook endpoint")
+        return rotated, secret
+
+    async def send_test(self, scope: Scope, endpoint_id: UUID) -> UUID:
+        """Queue a `webhook.test` event to this endpoint alone (its filters do not apply);
+        returns the delivery's id. Raises NotFound."""
+        body = jsonenc.dumps({"type": "webhook.test",
+                              "timestamp": datetime.now(UTC).isoformat(),
+                              "data": {"endpoint_id": str(endpoint_id)}})
+        async with self.db.begin() as conn:
+            delivery = await store.insert_test_delivery(conn, scope, endpoint_id,
+                                                        uuid.uuid4(), body)
+            if delivery is None:
+                raise NotFound("no such webhook endpoint")
+            await self.queue.enqueue(scope, DELIVER, {"delivery_id": str(delivery)},
+                                     within=conn)
+        return delivery
 
     async def list_endpoints(self, scope: Scope) -> list[store.Endpoint]:
         return await store.list_endpoints(self.db, scope)
