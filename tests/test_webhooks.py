@@ -10,6 +10,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -92,6 +93,8 @@ async def test_three_500s_then_200_is_four_attempts_with_one_webhook_id(
         assert all(a.latency_ms >= 0 and a.response_excerpt for a in log)
         assert len(log[0].response_excerpt or "") == ator.settings.webhook_response_excerpt
         assert len(receiver.at("/flaky")) == 4  # nothing after the success
+        healthy = await hooks.get_endpoint(scope, endpoint.id)
+        assert healthy.enabled and healthy.failing_since is None  # a success clears it
 
         # Replay sends the same message again, with the same webhook-id.
         await hooks.replay(scope, delivery.id)
@@ -152,6 +155,17 @@ async def test_a_redirect_is_a_failed_attempt_and_its_target_gets_nothing(
         assert all(a.status_code is None and "redirect" in (a.error or "") for a in log)
         assert receiver.at("/target") == []
         assert (await hooks.get_endpoint(scope, endpoint.id)).enabled
+        assert (await hooks.get_endpoint(scope, endpoint.id)).failing_since is not None
+
+        # Replay by time range: the failed delivery runs its schedule again.
+        now = datetime.now(UTC)
+        assert await hooks.replay_range(scope, endpoint.id, since=now - timedelta(hours=1),
+                                        until=now - timedelta(minutes=30)) == 0
+        assert await hooks.replay_range(scope, endpoint.id, since=now - timedelta(hours=1),
+                                        until=now + timedelta(minutes=1)) == 1
+        await receiver.wait_for("/moved", 4)
+        await until(failed)
+        assert receiver.at("/target") == []
 
 
 async def test_registration_refuses_private_and_plain_http_destinations(make_ator: Any) -> None:
@@ -227,3 +241,23 @@ async def test_a_rotated_secret_signs_beside_the_old_one_during_the_overlap(
             await hooks.send_test(Scope(uuid.uuid4()), endpoint.id)
         with pytest.raises(NotFound):
             await hooks.rotate_secret(Scope(uuid.uuid4()), endpoint.id, overlap=60)
+
+
+async def test_an_endpoint_failing_for_too_long_is_disabled(
+        make_ator: Any, receiver: Receiver) -> None:
+    receiver.answers["/down"] = [503]
+    async with make_ator(**scripted(), **FAST, webhook_disable_after=0) as ator:
+        await ator.start_jobs()
+        scope = Scope((await ator.create_org(f"wh-{uuid.uuid4().hex[:6]}")).id)
+        hooks = ator.service(Webhooks)
+        endpoint, _ = await hooks.create_endpoint(scope, url=receiver.url("/down"))
+        await hooks.send_test(scope, endpoint.id)
+        await receiver.wait_for("/down", 1)
+
+        async def disabled() -> bool:
+            return not (await hooks.get_endpoint(scope, endpoint.id)).enabled
+        await until(disabled)
+        reason = (await hooks.get_endpoint(scope, endpoint.id)).disabled_reason or ""
+        assert reason.startswith("every attempt failed since ")
+        [delivery] = await hooks.deliveries(scope, endpoint.id)
+        assert delivery.status == "failed" and delivery.attempts == 1  # no retry once disabled

@@ -227,6 +227,8 @@ class Settings(BaseSettings):
     webhook_response_excerpt: int = Field(default=1024, ge=0, le=65_536)
     webhook_inbound_max_bytes: int = Field(default=256 * 1024, ge=1024)
     webhook_tolerance: float = Field(default=300.0, gt=0)
+    # An endpoint whose every attempt failed for this long (seconds; 5 days) is disabled.
+    webhook_disable_after: float = Field(default=5 * 86_400.0, ge=0)
 
     @field_validator("webhook_retry_delays", mode="before")
     @classmethod

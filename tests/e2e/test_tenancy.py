@@ -173,6 +173,8 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
                                            "mapping": {"text": "{/x}"}},
         ("patch", "/v1/webhooks/inbound/{inbound_id}"): {"mapping": {"text": "outside {/x}"}},
         ("post", "/v1/webhooks/endpoints/{endpoint_id}/rotate-secret"): {"overlap_s": 60},
+        ("post", "/v1/webhooks/endpoints/{endpoint_id}/replay"): {
+            "since": "2000-01-01T00:00:00Z", "until": "2100-01-01T00:00:00Z"},
     }
     assert (method, path) in bodies, f"add a valid request body for {method.upper()} {path}"
     return bodies[(method, path)]

@@ -9,6 +9,7 @@ and bounded by the runtime where they are written (`providers.config`, `tools.po
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID
@@ -31,6 +32,7 @@ __all__ = [
     "WebhookEndpointIn",
     "WebhookInboundIn",
     "WebhookMappingIn",
+    "WebhookReplayIn",
     "WebhookRotateIn",
 ]
 
@@ -229,3 +231,12 @@ class WebhookRotateIn(_Body):
 
     overlap_s: int = Field(default=86_400, ge=0, le=7 * 86_400,
                            description="Seconds both secrets sign (two signatures).")
+
+
+class WebhookReplayIn(_Body):
+    """`POST /v1/webhooks/endpoints/{id}/replay`: the failed deliveries made in
+    [since, until) are sent again (at most `limit`, oldest first)."""
+
+    since: datetime
+    until: datetime
+    limit: int = Field(default=1000, ge=1, le=10_000)

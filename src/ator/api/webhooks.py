@@ -19,6 +19,7 @@ from ator.api.schemas import (
     WebhookEndpointIn,
     WebhookInboundIn,
     WebhookMappingIn,
+    WebhookReplayIn,
     WebhookRotateIn,
 )
 from ator.engine.runtime import Ator
@@ -34,7 +35,8 @@ def endpoint_view(e: Endpoint) -> dict[str, Any]:
     return {"id": str(e.id), "url": e.url, "description": e.description,
             "event_types": e.event_types, "enabled": e.enabled,
             "disabled_reason": e.disabled_reason, "created_at": e.created_at.isoformat(),
-            "previous_secret_until": e.previous_until.isoformat() if e.previous_until else None}
+            "previous_secret_until": e.previous_until.isoformat() if e.previous_until else None,
+            "failing_since": e.failing_since.isoformat() if e.failing_since else None}
 
 
 def delivery_view(d: Delivery) -> dict[str, Any]:
@@ -98,6 +100,15 @@ async def rotate_secret(endpoint_id: UUID, body: WebhookRotateIn,
 async def send_test(endpoint_id: UUID, p: Principal = Depends(require("admin")),
                     ator: Ator = Depends(get_ator)) -> dict[str, Any]:
     return {"delivery_id": str(await ator.service(Webhooks).send_test(p.scope, endpoint_id))}
+
+
+@router.post("/v1/webhooks/endpoints/{endpoint_id}/replay", status_code=202)
+async def replay_range(endpoint_id: UUID, body: WebhookReplayIn,
+                       p: Principal = Depends(require("admin")),
+                       ator: Ator = Depends(get_ator)) -> dict[str, Any]:
+    count = await ator.service(Webhooks).replay_range(
+        p.scope, endpoint_id, since=body.since, until=body.until, limit=body.limit)
+    return {"replayed": count}
 
 
 @router.get("/v1/webhooks/endpoints/{endpoint_id}/deliveries")

@@ -492,6 +492,8 @@ webhook_endpoints = sa.Table(
     sa.Column("previous_nonce", sa.LargeBinary, nullable=True),
     sa.Column("previous_ct", sa.LargeBinary, nullable=True),
     sa.Column("previous_until", sa.DateTime(timezone=True), nullable=True),
+    # Since when every attempt failed (NULL after a success): too long disables it.
+    sa.Column("failing_since", sa.DateTime(timezone=True), nullable=True),
     _created(),
     sa.Index("ix_webhook_endpoints_org", "org_id"),
 )

@@ -47,8 +47,10 @@ __all__ = [
     "list_attempts",
     "list_deliveries",
     "list_endpoints",
+    "mark_health",
     "record_attempt",
     "reopen_delivery",
+    "reopen_range",
     "rotate_secret",
     "set_mapping",
     "set_received",
@@ -71,6 +73,7 @@ class Endpoint:
     previous_nonce: bytes | None = None
     previous_ct: bytes | None = None
     previous_until: datetime | None = None
+    failing_since: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +130,7 @@ def _endpoint(r: Any) -> Endpoint:
                     r["disabled_reason"], r["created_at"],
                     bytes(r["previous_nonce"]) if r["previous_nonce"] is not None else None,
                     bytes(r["previous_ct"]) if r["previous_ct"] is not None else None,
-                    r["previous_until"])
+                    r["previous_until"], r["failing_since"])
 
 
 def _delivery(r: Any) -> Delivery:
@@ -355,6 +358,51 @@ async def reopen_delivery(conn: Connection, scope: Scope, delivery_id: UUID) -> 
     """Back to pending for a replay (on the caller's transaction); False when it is pending."""
     return bool((await conn.execute(_REOPEN_DELIVERY, {"id": delivery_id,
                                                        "org_id": scope.org_id})).all())
+
+
+_HEALTH = sa.text("""
+UPDATE webhook_endpoints
+   SET failing_since = CASE WHEN :ok THEN NULL ELSE COALESCE(failing_since, now()) END,
+       enabled = enabled AND (:ok OR COALESCE(failing_since, now())
+                              > now() - make_interval(secs => :disable_after)),
+       disabled_reason = CASE
+         WHEN enabled AND NOT :ok
+              AND COALESCE(failing_since, now()) <= now() - make_interval(secs => :disable_after)
+         THEN 'every attempt failed since '
+              || to_char(COALESCE(failing_since, now()) AT TIME ZONE 'UTC',
+                         'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+         ELSE disabled_reason END
+ WHERE id = :id AND org_id = :org_id
+RETURNING enabled""")
+
+
+async def mark_health(db: Database, scope: Scope, endpoint_id: UUID, *, ok: bool,
+                      disable_after: float) -> bool:
+    """Note an attempt's outcome on its endpoint: a success clears `failing_since`, a
+    failure starts it; failing for `disable_after` seconds disables the endpoint. Returns
+    whether the endpoint is still enabled."""
+    rows = await db.fetch(_HEALTH, {"id": endpoint_id, "org_id": scope.org_id, "ok": ok,
+                                    "disable_after": float(disable_after)}, write=True)
+    return bool(rows and rows[0]["enabled"])
+
+
+_REOPEN_RANGE = sa.text("""
+UPDATE webhook_deliveries SET status = 'pending', finished_at = NULL
+ WHERE id IN (SELECT id FROM webhook_deliveries
+               WHERE endpoint_id = :endpoint_id AND org_id = :org_id AND status = 'failed'
+                 AND created_at >= :since AND created_at < :until
+               ORDER BY created_at LIMIT :limit)
+RETURNING id""")
+
+
+async def reopen_range(conn: Connection, scope: Scope, endpoint_id: UUID, *, since: datetime,
+                       until: datetime, limit: int) -> list[UUID]:
+    """Back to pending: the endpoint's failed deliveries made in [since, until), at most
+    `limit` (oldest first), on the caller's transaction."""
+    rows = (await conn.execute(_REOPEN_RANGE, {
+        "endpoint_id": endpoint_id, "org_id": scope.org_id, "since": since, "until": until,
+        "limit": limit})).all()
+    return [r["id"] for r in rows]
 
 
 async def list_attempts(db: Database, scope: Scope, delivery_id: UUID) -> list[Attempt]:

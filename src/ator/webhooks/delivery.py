@@ -13,6 +13,7 @@ Two job kinds:
   else is retried after the next of `webhook_retry_delays` (±10 % jitter; a longer
   `Retry-After` wins) until they are spent, then the delivery is `failed` (replayable).
   During a secret rotation's overlap each request carries two signatures (new, then old).
+  An endpoint whose every attempt failed for `webhook_disable_after` seconds is disabled.
   Every attempt is logged: status, latency, error, a capped excerpt of the answer.
 """
 
@@ -105,8 +106,13 @@ class Deliverer:
             return
         status, wait = await self._attempt(scope, delivery, endpoint.url,
                                            self._secrets(endpoint), body)
-        if status is not None and 200 <= status < 300:
+        ok = status is not None and 200 <= status < 300
+        enabled = await store.mark_health(self.db, scope, endpoint.id, ok=ok,
+                                          disable_after=self.settings.webhook_disable_after)
+        if ok:
             await store.finish_delivery(self.db, scope, delivery.id, "delivered")
+        elif not enabled:  # failing for too long: disabled now (`disabled_reason` says so)
+            await store.finish_delivery(self.db, scope, delivery.id, "failed")
         elif status == 410:
             await store.disable_endpoint(self.db, scope, endpoint.id,
                                          "the receiver answered 410 Gone")

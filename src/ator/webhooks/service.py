@@ -138,6 +138,19 @@ class Webhooks:
             raise NotFound("no such webhook delivery")
         return found[0], await store.list_attempts(self.db, scope, delivery_id)
 
+    async def replay_range(self, scope: Scope, endpoint_id: UUID, *, since: datetime,
+                           until: datetime, limit: int = 1000) -> int:
+        """Send the endpoint's failed deliveries made in [since, until) again (at most
+        `limit`, oldest first); returns how many. Raises NotFound."""
+        await self.get_endpoint(scope, endpoint_id)
+        async with self.db.begin() as conn:
+            reopened = await store.reopen_range(conn, scope, endpoint_id, since=since,
+                                                until=until, limit=limit)
+            for delivery_id in reopened:
+                await self.queue.enqueue(scope, DELIVER, {"delivery_id": str(delivery_id)},
+                                         within=conn)
+        return len(reopened)
+
     async def replay(self, scope: Scope, delivery_id: UUID) -> None:
         """Send a finished delivery again, with a fresh retry schedule and the same
         `webhook-id`. Raises NotFound, or Conflict while it is still pending."""

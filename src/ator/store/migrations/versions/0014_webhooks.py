@@ -34,6 +34,8 @@ def upgrade() -> None:
         sa.Column("previous_nonce", sa.LargeBinary, nullable=True),
         sa.Column("previous_ct", sa.LargeBinary, nullable=True),
         sa.Column("previous_until", sa.DateTime(timezone=True), nullable=True),
+        # Since when every attempt failed (NULL after a success): too long disables it.
+        sa.Column("failing_since", sa.DateTime(timezone=True), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False,
                   server_default=sa.text("now()")),
     )
