@@ -215,6 +215,28 @@ class Settings(BaseSettings):
     job_keep_dead: float = Field(default=14 * 86_400.0, ge=0)
     schedule_interval: float = Field(default=1.0, gt=0)
 
+    # Webhooks (ator.webhooks). Outbound deliveries are retried after each of
+    # webhook_retry_delays seconds (comma-separated; jitter ±10 %; a receiver's Retry-After
+    # wins when longer), so attempts = len + 1; webhook_timeout per attempt;
+    # webhook_response_excerpt: characters of a receiver's answer kept in the delivery log.
+    # Inbound (/v1/hooks/{id}): bodies above webhook_inbound_max_bytes are a 413; a
+    # webhook-timestamp further than webhook_tolerance seconds from now is refused.
+    webhook_retry_delays: Annotated[tuple[float, ...], NoDecode] = (
+        5.0, 300.0, 1800.0, 7200.0, 18_000.0, 36_000.0, 50_400.0, 72_000.0, 86_400.0)
+    webhook_timeout: float = Field(default=15.0, gt=0, le=60)
+    webhook_response_excerpt: int = Field(default=1024, ge=0, le=65_536)
+    webhook_inbound_max_bytes: int = Field(default=256 * 1024, ge=1024)
+    webhook_tolerance: float = Field(default=300.0, gt=0)
+    # An endpoint whose every attempt failed for this long (seconds; 5 days) is disabled.
+    webhook_disable_after: float = Field(default=5 * 86_400.0, ge=0)
+
+    @field_validator("webhook_retry_delays", mode="before")
+    @classmethod
+    def _split_delays(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(float(part) for part in value.split(",") if part.strip())
+        return value
+
     @field_validator("prices", "cap_ceilings", "model_windows", mode="before")
     @classmethod
     def _json_text(cls, value: Any) -> Any:

@@ -14,13 +14,18 @@ key with POST /v1/orgs/{org_id}/api-keys.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
+from standardwebhooks.webhooks import Webhook
 
 from tests.e2e.client import Client, script_setup
 from tests.e2e.conftest import Deployment, DeploymentFactory
@@ -35,6 +40,9 @@ OWN_SESSION = "/v1/sessions"
 # The one route whose path names a resource in the *caller's* org whatever it is called:
 # PUT of another org's secret name is an upsert of the caller's own secret of that name.
 CALLER_SCOPED = {("put", "/v1/secrets/{name}")}
+# Where outside systems send webhooks: no caller org at all (the endpoint's own signature
+# authenticates the sender; tests/test_webhooks_api.py), so neither walk applies.
+UNAUTHENTICATED = {("post", "/v1/hooks/{inbound_id}")}
 # The operator's admins manage every org: the org record and its keys, nothing inside it.
 OPERATOR_MAY = {("get", "/v1/orgs/{org_id}"), ("patch", "/v1/orgs/{org_id}"),
                 ("post", "/v1/orgs/{org_id}/api-keys"), ("put", "/v1/orgs/{org_id}/tree-caps")}
@@ -82,10 +90,27 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
     await api.ok("PUT", f"/v1/threads/{thread['id']}/instructions",
                  json={"text": f"instructions-{tag}"})
     calls = (await api.ok("GET", f"/v1/turns/{end['turn_id']}/calls"))["data"]
+    endpoint = await api.ok("POST", "/v1/webhooks/endpoints", 201, json={
+        "url": f"https://hooks-{tag}.example/h", "description": f"hooks-{tag}"})
+    await api.post_message(thread["id"], f"hooked-{tag}")  # a turn.ended for the endpoint
+    await api.follow(thread["id"], after_seq=end["seq"])
+    deadline = time.monotonic() + 30
+    while not (deliveries := (await api.ok(
+            "GET", f"/v1/webhooks/endpoints/{endpoint['id']}/deliveries"))["data"]):
+        assert time.monotonic() < deadline, "no delivery was made"
+        await asyncio.sleep(0.1)
+    inbound = await api.ok("POST", "/v1/webhooks/inbound", 201, json={
+        "name": f"in-{tag}", "thread_id": thread["id"], "mapping": {"text": "{/missing}"}})
+    body, stamp = json.dumps({"tag": tag}), datetime.now(UTC)
+    received = await api.ok("POST", f"/v1/hooks/{inbound['id']}", 202, content=body, headers={
+        "webhook-id": f"msg_{tag}", "webhook-timestamp": str(int(stamp.timestamp())),
+        "webhook-signature": Webhook(inbound["secret"]).sign(f"msg_{tag}", stamp, body)})
     tenant.ids = {
         "org_id": tenant.org_id, "setup_id": setup["id"], "thread_id": thread["id"],
         "turn_id": end["turn_id"], "key_id": viewer["id"], "name": f"secret-{tag}",
         "parent_id": thread["id"], "server_id": server["id"], "call_id": str(calls[0]["id"]),
+        "endpoint_id": endpoint["id"], "delivery_id": deliveries[0]["id"],
+        "inbound_id": inbound["id"], "received_id": received["id"],
     }
     # A call id is a small integer, found in any response: it is no mark of the tenant.
     tenant.marks = {*(v for k, v in tenant.ids.items() if k != "call_id"), tag,
@@ -142,6 +167,14 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
         ("patch", "/v1/mcp-servers/{server_id}"): {"enabled": False},
         ("put", "/v1/org/policy"): {"text": "policy-from-outside"},
         ("put", "/v1/threads/{thread_id}/instructions"): {"text": "from another org"},
+        ("post", "/v1/webhooks/endpoints"): {"url": "https://made.example/hook"},
+        ("post", "/v1/webhooks/inbound"): {"name": "made-by-a-tenant",
+                                           "thread_id": victim.ids["thread_id"],
+                                           "mapping": {"text": "{/x}"}},
+        ("patch", "/v1/webhooks/inbound/{inbound_id}"): {"mapping": {"text": "outside {/x}"}},
+        ("post", "/v1/webhooks/endpoints/{endpoint_id}/rotate-secret"): {"overlap_s": 60},
+        ("post", "/v1/webhooks/endpoints/{endpoint_id}/replay"): {
+            "since": "2000-01-01T00:00:00Z", "until": "2100-01-01T00:00:00Z"},
     }
     assert (method, path) in bodies, f"add a valid request body for {method.upper()} {path}"
     return bodies[(method, path)]
@@ -162,7 +195,9 @@ def nobody() -> dict[str, str]:
             "thread_id": str(uuid.uuid4()), "turn_id": str(uuid.uuid4()),
             "key_id": str(uuid.uuid4()), "name": f"no-such-{uuid.uuid4().hex[:8]}",
             "parent_id": str(uuid.uuid4()), "server_id": str(uuid.uuid4()),
-            "call_id": str(2**62 + uuid.uuid4().int % 2**40)}
+            "call_id": str(2**62 + uuid.uuid4().int % 2**40),
+            "endpoint_id": str(uuid.uuid4()), "delivery_id": str(uuid.uuid4()),
+            "inbound_id": str(uuid.uuid4()), "received_id": str(uuid.uuid4())}
 
 
 def leaks(text: str, tenant: Tenant) -> set[str]:
@@ -193,6 +228,8 @@ async def snapshot(tenant: Tenant) -> dict[str, Any]:
         "policy": await api.ok("GET", "/v1/org/policy"),
         "instructions": await api.ok("GET", f"/v1/threads/{ids['thread_id']}/instructions"),
         "calls": await api.ok("GET", f"/v1/turns/{ids['turn_id']}/calls"),
+        "webhooks": await api.ok("GET", "/v1/webhooks/endpoints"),
+        "inbound": await api.ok("GET", f"/v1/webhooks/inbound/{ids['inbound_id']}"),
     }
 
 
@@ -204,7 +241,7 @@ async def test_another_orgs_ids_are_not_found_on_every_route(
     before = await snapshot(them)
     walked = []
     for method, path, op in world.routes:
-        if not path_params(op) or (method, path) in CALLER_SCOPED:
+        if not path_params(op) or (method, path) in CALLER_SCOPED | UNAUTHENTICATED:
             continue
         body = body_for(method, path, op, them, before["org"])
         params = {"wait": 1} if path.endswith("/events") else None  # the long-poll path too
@@ -272,7 +309,8 @@ async def test_a_viewer_gets_403_on_every_write_in_its_own_org(world: World) -> 
     before = await snapshot(tenant)
     checked = []
     for method, path, op in world.routes:
-        if method not in WRITES or not path.startswith("/v1/") or path.startswith(OWN_SESSION):
+        if method not in WRITES or not path.startswith("/v1/") or path.startswith(OWN_SESSION) \
+                or (method, path) in UNAUTHENTICATED:
             continue
         body = body_for(method, path, op, tenant, before["org"])
         response = await tenant.viewer.request(method, fill(path, tenant.ids), json=body)

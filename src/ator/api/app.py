@@ -31,6 +31,7 @@ from ator.api import (
     sse,
     threads,
     tree_caps,
+    webhooks,
 )
 from ator.api.console import mount_console
 from ator.api.limits import BodyLimit, WaitSlots
@@ -104,7 +105,7 @@ def create_app(
                            trusted_hosts=list(settings.trusted_proxies))
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
-                   mcp_servers, instructions, calls, catalog):
+                   mcp_servers, instructions, calls, catalog, webhooks):
         app.include_router(module.router)
     mount_console(app, settings.web_dir)
     return app

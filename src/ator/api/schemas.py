@@ -9,6 +9,7 @@ and bounded by the runtime where they are written (`providers.config`, `tools.po
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -29,6 +30,11 @@ __all__ = [
     "SetupIn",
     "SetupPatch",
     "ThreadIn",
+    "WebhookEndpointIn",
+    "WebhookInboundIn",
+    "WebhookMappingIn",
+    "WebhookReplayIn",
+    "WebhookRotateIn",
 ]
 
 Name = Field(min_length=1, max_length=200)
@@ -192,3 +198,46 @@ class McpServerPatch(_Body):
     enabled: bool | None = None
     allow: list[str] | None = None
     deny: list[str] | None = None
+
+
+class WebhookEndpointIn(_Body):
+    """An outbound endpoint as `POST /v1/webhooks/endpoints` takes it. The URL is judged by
+    the egress guard (422 `webhook_url_refused`); unknown event types are 422
+    `webhook_event_type_unknown`."""
+
+    url: str = Field(min_length=1, max_length=2048,
+                     description="https (http only to a host the operator allowlisted).")
+    event_types: list[str] = Field(default_factory=list, max_length=32,
+                                   description="Types sent (`turn.ended`); empty: all.")
+    description: str = Field(default="", max_length=500)
+
+
+class WebhookInboundIn(_Body):
+    """An inbound endpoint as `POST /v1/webhooks/inbound` takes it."""
+
+    name: str = Name
+    thread_id: UUID = Field(description="The thread each accepted webhook is a message in.")
+    mapping: dict[str, Any] = Field(description='{"text": "<template>"}: `{/json/pointer}` '
+                                    "is replaced by the payload's value there.")
+
+
+class WebhookMappingIn(_Body):
+    """`PATCH /v1/webhooks/inbound/{id}`: a new mapping (replay failed requests after)."""
+
+    mapping: dict[str, Any]
+
+
+class WebhookRotateIn(_Body):
+    """`POST /v1/webhooks/endpoints/{id}/rotate-secret`: how long the old secret still signs."""
+
+    overlap_s: int = Field(default=86_400, ge=0, le=7 * 86_400,
+                           description="Seconds both secrets sign (two signatures).")
+
+
+class WebhookReplayIn(_Body):
+    """`POST /v1/webhooks/endpoints/{id}/replay`: the failed deliveries made in
+    [since, until) are sent again (at most `limit`, oldest first)."""
+
+    since: datetime
+    until: datetime
+    limit: int = Field(default=1000, ge=1, le=10_000)

@@ -1,5 +1,6 @@
 """The composition root: the engine assembled from its extensions (layer: engine; imports
-agent.extension, engine.*, subagents.extension, tools).
+agent.extension, engine.*, subagents.extension, webhooks.extension,
+tools).
 
     kernel (db, coordinator, settings, prices, master key, wakes)
       └─ each extension, built from the kernel
@@ -47,6 +48,7 @@ from ator.subagents.extension import SubagentsExtension
 from ator.tools.base import Tool
 from ator.tools.builtin import builtin_tools
 from ator.tools.toolset import OrgToolset, StaticToolset, Toolset
+from ator.webhooks.extension import WebhooksExtension
 
 __all__ = ["DEFAULT_EXTENSIONS", "Engine", "ExtensionFactory", "Services", "assemble"]
 
@@ -54,7 +56,8 @@ T = TypeVar("T")
 ExtensionFactory = Callable[[Kernel], Extension]
 
 #: What `Ator.open` builds the engine from unless told otherwise.
-DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (McpExtension, SubagentsExtension)
+DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (McpExtension, SubagentsExtension,
+                                                    WebhooksExtension)
 
 
 class Services:

@@ -1,0 +1,180 @@
+"""Outbound delivery: the outbox's fan-out and each delivery's attempts (layer: webhooks;
+imports jobs, net, security, store.webhooks, errors, settings).
+
+Two job kinds:
+
+- `webhooks.dispatch` (written by the turn's final statement, `store.webhooks.
+  TurnEndedOutbox`): one delivery per enabled endpoint that wants the event, each with its
+  `webhooks.deliver` job, in one transaction with the job's completion (exactly once).
+- `webhooks.deliver`: one POST per attempt, as Standard Webhooks 1.0 (`webhook-id` is the
+  event's, the same on every attempt and endpoint; a fresh `webhook-timestamp` and
+  signature per attempt), through the egress guard with redirects refused (a 3xx is a failed
+  attempt; its target receives nothing). 2xx delivers; 410 disables the endpoint; anything
+  else is retried after the next of `webhook_retry_delays` (±10 % jitter; a longer
+  `Retry-After` wins) until they are spent, then the delivery is `failed` (replayable).
+  During a secret rotation's overlap each request carries two signatures (new, then old).
+  An endpoint whose every attempt failed for `webhook_disable_after` seconds is disabled.
+  Every attempt is logged: status, latency, error, a capped excerpt of the answer.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import httpx
+
+from ator.errors import EgressBlocked
+from ator.jobs import JobContext, JobKind, JobQueue, Retry
+from ator.net import Egress
+from ator.security.crypto import MasterKey
+from ator.settings import Settings
+from ator.store import webhooks as store
+from ator.store.database import Database
+from ator.store.scope import Scope
+from ator.webhooks.signing import sign
+
+__all__ = ["DELIVER", "DISPATCH", "Deliverer", "secret_context"]
+
+DISPATCH = "webhooks.dispatch"
+DELIVER = "webhooks.deliver"
+_MAX_RETRY_AFTER = 86_400.0
+
+
+def secret_context(org_id: UUID) -> str:
+    """The AES-GCM context a webhook secret of this org is sealed under."""
+    return f"webhook-secret:{org_id}"
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """Seconds from a `Retry-After` header (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+class Deliverer:
+    """The two outbound job kinds' handlers, sharing one guarded client."""
+
+    def __init__(self, settings: Settings, db: Database, master_key: MasterKey,
+                 queue: JobQueue, egress: Egress) -> None:
+        self.settings = settings
+        self.db = db
+        self.master_key = master_key
+        self.queue = queue
+        self.delays = settings.webhook_retry_delays
+        # Redirects are failures, never followed: the guard refuses the first hop.
+        guarded = Egress(replace(egress.policy, max_redirects=0), egress.guard.resolver)
+        self.client = guarded.httpx_client(timeout=settings.webhook_timeout)
+        self.rng = random.Random()
+
+    def kinds(self) -> list[JobKind]:
+        return [
+            JobKind(DISPATCH, self.dispatch, max_attempts=10, backoff_base=1.0),
+            JobKind(DELIVER, self.deliver, max_attempts=len(self.delays) + 1,
+                    timeout=self.settings.webhook_timeout + 10.0),
+        ]
+
+    async def dispatch(self, ctx: JobContext, payload: dict[str, Any]) -> None:
+        async with self.db.begin() as conn:
+            for delivery_id in await store.fan_out(conn, ctx.scope, UUID(payload["event_id"])):
+                await self.queue.enqueue(ctx.scope, DELIVER, {"delivery_id": str(delivery_id)},
+                                         within=conn)
+            await ctx.complete(conn)
+
+    async def deliver(self, ctx: JobContext, payload: dict[str, Any]) -> None:
+        scope = ctx.scope
+        found = await store.get_delivery(self.db, scope, UUID(payload["delivery_id"]))
+        if found is None or found[0].status != "pending":
+            return
+        delivery, body = found
+        endpoint = await store.get_endpoint(self.db, scope, delivery.endpoint_id)
+        if endpoint is None or not endpoint.enabled:
+            await store.finish_delivery(self.db, scope, delivery.id, "skipped")
+            return
+        status, wait = await self._attempt(scope, delivery, endpoint.url,
+                                           self._secrets(endpoint), body)
+        ok = status is not None and 200 <= status < 300
+        enabled = await store.mark_health(self.db, scope, endpoint.id, ok=ok,
+                                          disable_after=self.settings.webhook_disable_after)
+        if ok:
+            await store.finish_delivery(self.db, scope, delivery.id, "delivered")
+        elif not enabled:  # failing for too long: disabled now (`disabled_reason` says so)
+            await store.finish_delivery(self.db, scope, delivery.id, "failed")
+        elif status == 410:
+            await store.disable_endpoint(self.db, scope, endpoint.id,
+                                         "the receiver answered 410 Gone")
+            await store.finish_delivery(self.db, scope, delivery.id, "failed")
+        elif ctx.attempt >= min(ctx.max_attempts, len(self.delays) + 1):
+            await store.finish_delivery(self.db, scope, delivery.id, "failed")
+        else:
+            delay = self.delays[ctx.attempt - 1] * self.rng.uniform(0.9, 1.1)
+            raise Retry(after=max(delay, min(wait or 0.0, _MAX_RETRY_AFTER)),
+                        reason=f"webhook attempt {ctx.attempt} failed ({status})")
+
+    def _secrets(self, endpoint: store.Endpoint) -> list[str]:
+        """The endpoint's secret, and during a rotation's overlap the previous one too."""
+        context = secret_context(endpoint.org_id)
+        found = [self.master_key.decrypt(endpoint.secret_nonce, endpoint.secret_ct,
+                                         context=context)]
+        if endpoint.previous_nonce is not None and endpoint.previous_ct is not None \
+                and endpoint.previous_until is not None \
+                and endpoint.previous_until > datetime.now(UTC):
+            found.append(self.master_key.decrypt(endpoint.previous_nonce, endpoint.previous_ct,
+                                                 context=context))
+        return found
+
+    async def _attempt(self, scope: Scope, delivery: store.Delivery, url: str,
+                       secrets: list[str], body: str) -> tuple[int | None, float | None]:
+        """One POST, logged; returns (status or None, Retry-After seconds or None)."""
+        data = body.encode()
+        msg_id = f"msg_{delivery.event_id.hex}"
+        stamp = int(datetime.now(UTC).timestamp())
+        headers = {"content-type": "application/json", "user-agent": "ator-webhooks/1",
+                   "webhook-id": msg_id, "webhook-timestamp": str(stamp),
+                   "webhook-signature": " ".join(sign(secret, msg_id, stamp, data)
+                                                 for secret in secrets)}
+        status: int | None = None
+        error: str | None = None
+        excerpt: str | None = None
+        wait: float | None = None
+        started = time.monotonic()
+        try:
+            async with self.client.stream("POST", url, content=data, headers=headers) as answer:
+                status = answer.status_code
+                wait = retry_after(answer.headers.get("retry-after"), time.time())
+                excerpt = await self._excerpt(answer)
+        except EgressBlocked as exc:
+            error = f"refused by the egress guard: {exc.message}"
+            if "redirect" in exc.message:
+                error = "the receiver redirected; redirects are not followed"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"[:500]
+        latency = int((time.monotonic() - started) * 1000)
+        await store.record_attempt(self.db, scope, delivery.id, status_code=status,
+                                   latency_ms=latency, error=error, excerpt=excerpt)
+        return status, wait
+
+    async def _excerpt(self, answer: httpx.Response) -> str:
+        limit = self.settings.webhook_response_excerpt
+        kept = bytearray()
+        async for chunk in answer.aiter_bytes():
+            kept += chunk
+            if len(kept) >= limit:
+                break
+        return bytes(kept[:limit]).decode("utf-8", "replace")
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
