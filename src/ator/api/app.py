@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.routing import Route
 
 import ator
 from ator.api import catalog, mcp_servers, ops, orgs, prompts, sessions, setups, stream, threads
@@ -23,6 +24,7 @@ from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
+from ator.gateway import McpGateway
 from ator.obs import gctune
 from ator.obs.logging import configure_logging
 from ator.providers.base import Provider
@@ -52,6 +54,7 @@ def create_app(
         rt = runtime or await Ator.open(settings, providers=providers)
         app.state.ator = rt
         gateway.attach(rt)
+        await mcp_gateway.attach(rt)
         try:
             announce_bootstrap(await rt.service(Access).bootstrap())
             if owned:  # a served process, not a test's runtime
@@ -60,6 +63,7 @@ def create_app(
                 await rt.start_jobs()
             yield
         finally:
+            await mcp_gateway.close()
             await gateway.close()
             if owned:
                 await rt.close()
@@ -89,6 +93,10 @@ def create_app(
     install_problem_handlers(app)
     for module in (ops, orgs, sessions, setups, threads, stream, mcp_servers, prompts, catalog):
         app.include_router(module.router)
+    # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
+    mcp_gateway = McpGateway(settings)
+    app.state.mcp_gateway = mcp_gateway
+    app.router.routes.append(Route("/mcp", endpoint=mcp_gateway, methods=["GET", "POST", "DELETE"]))
     mount_console(app, settings.web_dir)
     return app
 

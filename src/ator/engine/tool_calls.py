@@ -26,7 +26,7 @@ from ator import jsonenc
 from ator.store import tool_audit
 from ator.store.database import Database
 from ator.store.scope import Scope
-from ator.tools.base import Caller, ToolCall, ToolContext, ToolOutcome, result_block
+from ator.tools.base import Caller, Tool, ToolCall, ToolContext, ToolOutcome, result_block
 from ator.tools.policy import ToolPolicy
 from ator.tools.registry import ToolRegistry
 from ator.tools.toolset import OrgToolScope, OrgToolset, permitted
@@ -106,6 +106,20 @@ class ToolCalls:
         block = result_block(outcome.record())
         return ToolCallResult(name, str(block["content"]), outcome.is_error, outcome.untrusted,
                               outcome.truncated_from, ms, code, audit_id)
+
+    async def tools(self, scope: Scope, caller: Caller, *, policy: ToolPolicy | None = None
+                    ) -> list[Tool]:
+        """The tools `caller` may call in the org of `scope` under `policy`: what `run`
+        would run, by name, in the toolsets' order (the first of a name wins, as in `run`)."""
+        org = OrgToolScope(scope.org_id, caller, policy or ToolPolicy())
+        allow = None if org.policy.allow is None else frozenset(org.policy.allow)
+        deny = frozenset(org.policy.deny)
+        found: dict[str, Tool] = {}
+        for ts in self._toolsets:
+            for tool in await ts.org_tools(org):
+                if tool.name not in found and permitted(tool.name, allow, deny):
+                    found[tool.name] = tool
+        return list(found.values())
 
     async def audit(self, scope: Scope, *, limit: int = 50, cursor: str | None = None
                     ) -> tool_audit.AuditPage:
