@@ -176,3 +176,44 @@ async def test_another_orgs_key_cannot_use_the_first_orgs_session_or_audit(
     a_rows = (await served.ator.service(ToolCalls).audit(a.scope)).rows
     b_rows = (await served.ator.service(ToolCalls).audit(b.scope)).rows
     assert [r.tool for r in a_rows] == ["note"] and [r.tool for r in b_rows] == ["calculator"]
+
+
+async def test_the_audit_is_listed_over_http_by_page_org_scoped_and_role_checked(
+        served: Served) -> None:
+    a, b = await _org(served.ator), await _org(served.ator)
+    async with _client(served.url, a.admin, "auto") as client:
+        for expr in ("1+1", "2+2", "3+3"):
+            await client.call_tool("calculator", {"expression": expr})
+    base = served.url.removesuffix("/mcp")
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        seen: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            got = await http.get("/v1/gateway/calls", headers={
+                "Authorization": f"Bearer {a.admin}"},
+                params={"limit": 2, **({"cursor": cursor} if cursor else {})})
+            assert got.status_code == 200, got.text
+            seen += got.json()["data"]
+            cursor = got.json()["next_cursor"]
+            if cursor is None:
+                break
+        assert [r["args_sha256"] for r in seen] == [
+            arguments_hash({"expression": e}) for e in ("3+3", "2+2", "1+1")]
+        assert {(r["tool"], r["outcome"], r["principal_kind"]) for r in seen} == {
+            ("calculator", "ok", "key")}
+        other = await http.get("/v1/gateway/calls", headers={
+            "Authorization": f"Bearer {b.admin}"})
+        assert other.status_code == 200 and other.json()["data"] == []
+        viewer = await http.get("/v1/gateway/calls", headers={
+            "Authorization": f"Bearer {a.viewer}"})
+        assert viewer.status_code == 403 and viewer.json()["code"] == "forbidden"
+        nobody = await http.get("/v1/gateway/calls")
+        assert nobody.status_code == 401
+        for params, code in (({"limit": 0}, "validation_failed"),
+                             ({"limit": "many"}, "validation_failed"),
+                             ({"cursor": "bm90LWEtY3Vyc29y"}, "invalid_cursor")):
+            bad = await http.get("/v1/gateway/calls", params=params,
+                                 headers={"Authorization": f"Bearer {a.admin}"})
+            assert bad.status_code == 422, (params, bad.text)
+            assert bad.headers["content-type"] == "application/problem+json"
+            assert bad.json()["code"] == code

@@ -20,6 +20,7 @@ from starlette.routing import Route
 import ator
 from ator.api import catalog, mcp_servers, ops, orgs, prompts, sessions, setups, stream, threads
 from ator.api.console import mount_console
+from ator.api.gateway_calls import router as gateway_calls
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.engine.access import Access
@@ -96,7 +97,9 @@ def create_app(
     # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
     mcp_gateway = McpGateway(settings)
     app.state.mcp_gateway = mcp_gateway
-    app.router.routes.append(Route("/mcp", endpoint=mcp_gateway, methods=["GET", "POST", "DELETE"]))
+    app.router.routes.append(Route("/mcp", endpoint=mcp_gateway,
+                                   methods=["GET", "POST", "DELETE"]))
+    app.include_router(gateway_calls)
     mount_console(app, settings.web_dir)
     return app
 
