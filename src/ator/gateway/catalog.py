@@ -15,6 +15,7 @@ and the code in `_meta["ator/code"]`, as MCP tells servers to report execution e
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
@@ -36,20 +37,33 @@ class Catalog:
     def __init__(self, calls: ToolCalls) -> None:
         self._calls = calls
 
-    async def tools(self, principal: Principal) -> list[types.Tool]:
-        return [_spec(t) for t in await self._offered(principal)]
+    async def tools(self, principal: Principal, conversation: UUID | None
+                    ) -> types.ListToolsResult:
+        """The key's catalog; what was left out (an upstream server down) is named in
+        `_meta["ator/left_out"]` with its code. Per tenant: never cacheable by anyone else."""
+        listing = await self._calls.tools(principal.scope, _caller(principal),
+                                          conversation=conversation)
+        tools = listing.tools
+        if principal.role == "viewer":
+            tools = [t for t in tools if t.read_only]
+        left_out = [{"source": x.source, "code": x.code, "message": x.message}
+                    for x in listing.left_out]
+        return types.ListToolsResult(tools=[_spec(t) for t in tools], ttl_ms=0,
+                                     cache_scope="private",
+                                     meta={"ator/left_out": left_out} if left_out else None)
 
-    async def call(self, principal: Principal, name: str, args: dict[str, Any]
-                   ) -> types.CallToolResult:
+    async def call(self, principal: Principal, name: str, args: dict[str, Any],
+                   conversation: UUID | None) -> types.CallToolResult:
         policy = None
         if principal.role == "viewer":
-            offered = {t.name: t for t in await self._calls.tools(
-                principal.scope, _caller(principal))}
+            listing = await self._calls.tools(principal.scope, _caller(principal),
+                                              conversation=conversation)
+            offered = {t.name: t for t in listing.tools}
             tool = offered.get(name)
             if tool is not None and not tool.read_only:
                 policy = ToolPolicy(deny=[name])  # refused and audited by ToolCalls
         result = await self._calls.run(principal.scope, _caller(principal), name, args,
-                                       policy=policy)
+                                       policy=policy, conversation=conversation)
         if result.error_code in _REFUSALS:
             message = (f"tool {name!r} changes things: the key's role (viewer) may call "
                        "read-only tools only" if policy is not None else result.content)
@@ -58,12 +72,6 @@ class Catalog:
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result.content)],
             is_error=result.is_error, meta=_facts(result))
-
-    async def _offered(self, principal: Principal) -> list[Tool]:
-        tools = await self._calls.tools(principal.scope, _caller(principal))
-        if principal.role == "viewer":
-            return [t for t in tools if t.read_only]
-        return tools
 
 
 def _caller(principal: Principal) -> Caller:

@@ -19,6 +19,7 @@ import asyncio
 import json
 import time
 from typing import Any
+from uuid import UUID
 
 import mcp_types as types
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -118,24 +119,34 @@ class McpGateway:
             return None
         return await self._ator.service(Access).authenticate(auth[7:].strip())
 
-    def _principal(self, ctx: ServerRequestContext[Any, Any]) -> tuple[Catalog, Principal]:
+    def _principal(self, ctx: ServerRequestContext[Any, Any]
+                   ) -> tuple[Catalog, Principal, UUID | None]:
+        """The catalog, who asks, and the downstream session (handshake era; None in the
+        sessionless era): upstream sessions are that session's own."""
         request = ctx.request
         principal = None if request is None else request.scope.get(PRINCIPAL_KEY)
-        if not isinstance(principal, Principal) or self._catalog is None:
+        if request is None or not isinstance(principal, Principal) or self._catalog is None:
             raise MCPError(-32600, "no authenticated principal on this request")
-        return self._catalog, principal
+        return self._catalog, principal, _session_id(request.headers.get("mcp-session-id"))
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        catalog, principal = self._principal(ctx)
-        tools = await catalog.tools(principal)
-        # Per-tenant: never cacheable by anyone but this client.
-        return types.ListToolsResult(tools=tools, ttl_ms=0, cache_scope="private")
+        catalog, principal, conversation = self._principal(ctx)
+        return await catalog.tools(principal, conversation)
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
-        catalog, principal = self._principal(ctx)
-        return await catalog.call(principal, params.name, params.arguments or {})
+        catalog, principal, conversation = self._principal(ctx)
+        return await catalog.call(principal, params.name, params.arguments or {},
+                                  conversation)
+
+
+def _session_id(header: str | None) -> UUID | None:
+    """The SDK's session ids are uuid4 hex; anything else names no session of ours."""
+    try:
+        return None if header is None else UUID(hex=header)
+    except ValueError:
+        return None
 
 
 async def _reply(send: Send, status: int, code: str, detail: str,
