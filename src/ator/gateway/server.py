@@ -1,16 +1,18 @@
 """`/mcp`: an org's tools served to outside MCP clients (layer: gateway; imports mcp, starlette,
-engine facades `Access` and `ToolCalls`, coord, settings).
+engine facades `Access` and `ToolCalls`, gateway.*, settings).
 
-    MCP client ──POST/GET/DELETE /mcp──▶ McpGateway.__call__
+    MCP client ──POST/GET/DELETE /mcp──▶ McpGateway.__call__ (any replica)
         bearer org key → Access.authenticate (401 otherwise), rate limit per key
-        └─ the SDK's StreamableHTTPSessionManager, which picks the era per request from
-           `MCP-Protocol-Version`: 2026-07-28 is one sessionless POST; the handshake eras get
-           `initialize` and an `Mcp-Session-Id`, bound to the key that opened it
+        handshake era: `Mcp-Session-Id` checked (404 unless live and this key's) or, on
+          `initialize`, opened, on the coordinator (gateway/sessions.py)
+        └─ the SDK's StreamableHTTPSessionManager, stateless: the era is picked per request
+           from `MCP-Protocol-Version` (2026-07-28: one sessionless POST) and each request is
+           served whole, so no replica holds a session the next request needs
              └─ tools/list, tools/call → Catalog (gateway/catalog.py) → ToolCalls
 
-The principal rides in the ASGI scope (`ator.principal`) to the handlers, which read it
-from the request the SDK hands them; the session manager runs in a task of its own for the
-runtime's life (`attach` … `close`), so no request's task owns it.
+The principal and the session ride in the ASGI scope (`ator.principal`,
+`ator.conversation`) to the handlers, which read them from the request the SDK hands them;
+the session manager runs in a task of its own for the runtime's life (`attach` … `close`).
 """
 
 from __future__ import annotations
@@ -22,26 +24,26 @@ from typing import Any
 from uuid import UUID
 
 import mcp_types as types
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 import ator
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.engine.tool_calls import ToolCalls
 from ator.gateway.catalog import Catalog
+from ator.gateway.sessions import GatewaySessions
 from ator.settings import Settings
 from ator.store.records import Principal
 
 __all__ = ["PRINCIPAL_KEY", "McpGateway"]
 
 PRINCIPAL_KEY = "ator.principal"
+CONVERSATION_KEY = "ator.conversation"  # the gateway session's id (None: sessionless)
 _WINDOW = 60.0
 
 
@@ -58,10 +60,12 @@ class McpGateway:
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=bool(hosts), allowed_hosts=hosts,
             allowed_origins=list(settings.gateway_allowed_origins))
+        # Stateless: every request is served whole by whichever replica gets it; the
+        # handshake era's session is the gateway's own (gateway/sessions.py).
         self._manager = StreamableHTTPSessionManager(
-            self._server, json_response=True, security_settings=security,
-            session_idle_timeout=settings.gateway_session_idle)
+            self._server, json_response=True, stateless=True, security_settings=security)
         self._ator: Ator | None = None
+        self._sessions: GatewaySessions | None = None
         self._catalog: Catalog | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -70,6 +74,7 @@ class McpGateway:
         """Serve `runtime`'s tools; starts the SDK's session manager (once)."""
         self._ator = runtime
         self._catalog = Catalog(runtime.service(ToolCalls))
+        self._sessions = GatewaySessions(runtime.coord, self._settings.gateway_session_idle)
         if self._task is None:
             started = asyncio.Event()
             self._task = asyncio.create_task(self._run(started), name="mcp-gateway")
@@ -104,13 +109,32 @@ class McpGateway:
             await _reply(send, 429, "rate_limited", f"more than {limit} requests this minute",
                          [(b"retry-after", str(retry).encode())])
             return
-        # The SDK binds a handshake-era session to the credential that opened it: a request
-        # of another key for that session is answered as if it did not exist.
-        user = AuthenticatedUser(AccessToken(
-            token=str(principal.key_id), client_id=str(principal.key_id), scopes=[],
-            subject=str(principal.user_id)))
+        await self._serve(scope, receive, send, principal)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send,
+                     principal: Principal) -> None:
+        """The session (handshake era) checked or opened, then the SDK serves the request."""
+        assert self._sessions is not None
+        headers = dict(scope.get("headers") or [])
+        named = headers.get(b"mcp-session-id", b"").decode("latin-1") or None
+        session: UUID | None = None
+        if named is not None:
+            session = await self._sessions.touch(named, principal.key_id)
+            if session is None:  # unknown, expired, ended, or another key's
+                await _rpc_error(send, 404, -32600, "Session not found")
+                return
+            if scope["method"] == "DELETE":
+                await self._sessions.close(session, principal.key_id)
+                await send({"type": "http.response.start", "status": 204, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+                return
+        elif scope["method"] == "POST" and b"mcp-protocol-version" not in headers:
+            receive, method = await _peek_method(receive)
+            if method == "initialize":
+                session = await self._sessions.open(principal.key_id)
+                send = _with_header(send, b"mcp-session-id", session.hex.encode())
         await self._manager.handle_request(
-            {**scope, "user": user, PRINCIPAL_KEY: principal}, receive, send)
+            {**scope, PRINCIPAL_KEY: principal, CONVERSATION_KEY: session}, receive, send)
 
     async def _authenticate(self, scope: Scope) -> Principal | None:
         assert self._ator is not None
@@ -127,7 +151,7 @@ class McpGateway:
         principal = None if request is None else request.scope.get(PRINCIPAL_KEY)
         if request is None or not isinstance(principal, Principal) or self._catalog is None:
             raise MCPError(-32600, "no authenticated principal on this request")
-        return self._catalog, principal, _session_id(request.headers.get("mcp-session-id"))
+        return self._catalog, principal, request.scope.get(CONVERSATION_KEY)
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -141,12 +165,46 @@ class McpGateway:
                                   conversation)
 
 
-def _session_id(header: str | None) -> UUID | None:
-    """The SDK's session ids are uuid4 hex; anything else names no session of ours."""
+async def _peek_method(receive: Receive) -> tuple[Receive, str | None]:
+    """The JSON-RPC method of the request's body (None when it is not one request), and a
+    `receive` that replays the body to the SDK. The body limit (api.limits) has bounded it."""
+    messages: list[Message] = []
+    body = b""
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
     try:
-        return None if header is None else UUID(hex=header)
+        parsed = json.loads(body)
     except ValueError:
-        return None
+        parsed = None
+    method = parsed.get("method") if isinstance(parsed, dict) else None
+
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return replay, method if isinstance(method, str) else None
+
+
+def _with_header(send: Send, name: bytes, value: bytes) -> Send:
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] == 200:
+            message = {**message, "headers": [*message.get("headers", []), (name, value)]}
+        await send(message)
+
+    return wrapped
+
+
+async def _rpc_error(send: Send, status: int, code: int, message: str) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": None,
+                       "error": {"code": code, "message": message}}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _reply(send: Send, status: int, code: str, detail: str,
