@@ -25,7 +25,7 @@ from ator.engine.tool_calls import ToolCalls, arguments_hash
 from ator.store import keys as key_store
 from ator.store import orgs as org_store
 from ator.store.scope import Scope
-from ator.tools.base import Tool, ToolContext
+from ator.tools.base import Caller, Tool, ToolContext
 from ator.tools.builtin import builtin_tools
 from tests.mcp_servers import serve_app
 
@@ -217,3 +217,12 @@ async def test_the_audit_is_listed_over_http_by_page_org_scoped_and_role_checked
             assert bad.status_code == 422, (params, bad.text)
             assert bad.headers["content-type"] == "application/problem+json"
             assert bad.json()["code"] == code
+
+
+async def test_tools_that_need_a_turn_are_not_offered_outside_one(make_ator: Any) -> None:
+    async with make_ator(engine=False) as ator:  # the default tools: built-ins + subagents
+        org = await _org(ator)
+        caller = Caller("key", uuid.uuid4())
+        names = {t.name for t in (await ator.service(ToolCalls).tools(org.scope, caller)).tools}
+        assert {"calculator", "setup_list"} <= names
+        assert not names & {"agent_spawn", "agent_status", "agent_abort", "agent_result"}

@@ -125,6 +125,8 @@ class ToolCalls:
         found: dict[str, Tool] = {}
         for ts in self._toolsets:
             for tool in await ts.org_tools(org):
+                if tool.turn_only:  # it could only refuse here
+                    continue
                 if tool.name not in found and permitted(tool.name, allow, deny):
                     found[tool.name] = tool
         return ToolListing(list(found.values()), list(org.left_out))

@@ -209,8 +209,10 @@ async def _rpc_error(send: Send, status: int, code: int, message: str) -> None:
 
 async def _reply(send: Send, status: int, code: str, detail: str,
                  headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = json.dumps({"type": "about:blank", "title": code.replace("_", " "),
-                       "status": status, "code": code, "detail": detail}).encode()
+    # The API's problem shape (api/problems.py), which this layer cannot import.
+    body = json.dumps({"type": f"https://ator.dev/problems/{code}",
+                       "title": code.replace("_", " ").capitalize(), "status": status,
+                       "detail": detail, "code": code}).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/problem+json"),
         (b"content-length", str(len(body)).encode()), *(headers or [])]})
