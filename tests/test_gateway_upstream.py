@@ -126,3 +126,24 @@ async def test_a_session_found_expired_while_listing_is_replaced_before_a_write_
         wrote = await client.call_tool(f"{ups.handshake}__write", {"value": "x"})
         assert "wrote x" in _text(wrote) and not wrote.is_error
         assert ups.state.calls.get("write", 0) - before == 1
+
+
+async def test_a_listing_is_reused_so_a_call_is_one_upstream_round_trip(
+        ups: Upstreams, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = ups.ator.service(McpService)
+    monkeypatch.setattr(service.toolset, "listing_ttl", 60.0)
+    listed: list[Any] = []
+    real = service.pool.list_tools
+
+    async def counting(key: Any, endpoint: Any) -> Any:
+        listed.append(key)
+        return await real(key, endpoint)
+
+    monkeypatch.setattr(service.pool, "list_tools", counting)
+    async with _client(ups.url, ups.org.admin, "legacy") as client:
+        for i in range(5):
+            got = await client.call_tool(f"{ups.handshake}__echo", {"text": str(i)})
+            assert f"echo: {i}" in _text(got)
+    # Each live server listed once for this session (the one down is asked each time).
+    live = [k for k in listed if k.server_id != ups.down_id]
+    assert len(live) == 2, live

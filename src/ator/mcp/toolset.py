@@ -20,6 +20,7 @@ import base64
 import fnmatch
 import json
 import re
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -131,6 +132,11 @@ class McpToolset:
     name: str = "mcp"
     problems: dict[UUID, list[str]] = field(default_factory=dict)
     _turns: OrderedDict[UUID, _Turn] = field(default_factory=OrderedDict)
+    # Outside a turn every call asks for the tools again: a live listing is reused this
+    # long per upstream session, so a call is one upstream round trip, not two.
+    listing_ttl: float = 5.0
+    _listed: OrderedDict[SessionKey, tuple[float, Sequence[RemoteTool]]] = field(
+        default_factory=OrderedDict)
 
     async def tools(self, scope: ToolScope) -> Sequence[Tool]:
         turn = self._turns.get(scope.turn_id)
@@ -240,12 +246,21 @@ class McpToolset:
                         ) -> Sequence[RemoteTool]:
         if server.tools is not None:
             return server.tools
+        key = SessionKey(org_id, server.id, root)
+        found = self._listed.get(key)
+        if found is not None and found[0] > time.monotonic() and key in self.pool:
+            return found[1]
         try:
-            return await self.pool.list_tools(SessionKey(org_id, server.id, root),
-                                              server.endpoint)
+            tools = await self.pool.list_tools(key, server.endpoint)
         except AtorError as exc:
+            self._listed.pop(key, None)
             failures.append((server, exc))
             return ()
+        self._listed[key] = (time.monotonic() + self.listing_ttl, tools)
+        self._listed.move_to_end(key)
+        while len(self._listed) > 4096:
+            self._listed.popitem(last=False)
+        return tools
 
     def _tool(self, server: MountedServer, key: SessionKey, remote: RemoteTool,
               name: str) -> Tool:
