@@ -226,3 +226,22 @@ async def test_tools_that_need_a_turn_are_not_offered_outside_one(make_ator: Any
         names = {t.name for t in (await ator.service(ToolCalls).tools(org.scope, caller)).tools}
         assert {"calculator", "setup_list"} <= names
         assert not names & {"agent_spawn", "agent_status", "agent_abort", "agent_result"}
+
+
+async def test_the_public_host_is_answered_and_any_other_host_is_421(make_ator: Any) -> None:
+    async with make_ator(gateway_allowed_hosts=("ator.example.com",),
+                         gateway_allowed_origins=("https://ator.example.com",)) as ator, \
+            serve_app(create_app(ator.settings, runtime=ator)) as port:
+        org = await _org(ator)
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        headers = {"Authorization": f"Bearer {org.admin}", "MCP-Protocol-Version": "2025-06-18",
+                   "Accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            url = f"http://127.0.0.1:{port}/mcp"
+            public = await http.post(url, json=body, headers={**headers,
+                                                               "Host": "ator.example.com"})
+            assert public.status_code == 200, public.text
+            assert (await http.post(url, json=body, headers=headers)).status_code == 421
+            foreign = await http.post(url, json=body, headers={
+                **headers, "Host": "ator.example.com", "Origin": "https://evil.example"})
+            assert foreign.status_code == 403
