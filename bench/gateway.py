@@ -1,13 +1,16 @@
 """The MCP gateway's added latency per `tools/call`, against calling the same upstream directly
-(bench entry point; imports ator, mcp, httpx2, uvicorn and pgserver next to it).
+(bench entry point; imports mcp, httpx2, uvicorn and pgserver next to it; runs `ator serve`).
 
-A real MCP server (the `mcp` SDK's server side, on 127.0.0.1) offers `echo` (read-only). An
-org registers it; `ator`'s app (the real one, `create_app`) is served by uvicorn on another
-port. The same SDK client then calls `echo` directly on the upstream and through `/mcp`
-(`<id8>__echo`), per era: `--calls` sequential calls (1,000) and `--concurrent` calls at once
-(100) on one client. Reported: p50 and p99 of each, the gateway's added p50/p99, and how
-many upstream sessions the gateway opened (the goal: one per downstream session, none per
-call).
+Three processes, so that no two parties share an event loop (in one loop, a JSON response
+waited ~40 ms more than across processes, which measured the loop, not the gateway): a real
+MCP server (the `mcp` SDK's server side, on 127.0.0.1) offering `echo` (read-only) and
+counting `initialize` requests (the upstream sessions opened); `ator serve` on a fresh
+database; and this client. The operator's org registers the upstream over the HTTP API, then
+the same SDK client calls `echo` directly and through `/mcp` (`<id8>__echo`), per era
+(`auto`: 2026-07-28, `legacy`: handshake): `--calls` sequential calls (1,000) and
+`--concurrent` calls at once (100) on one client, after 20 warm-up calls. Reported: p50 and
+p99 of each, the gateway's added p50/p99, and the upstream sessions opened while measuring
+(the goal: none; the warm-up opened the one this downstream session uses).
 
     ATOR_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
         .venv/bin/python bench/gateway.py [--calls 1000] [--concurrent 100]
@@ -20,13 +23,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import os
+import secrets
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,39 +46,85 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations
 from pgserver import PgServer
 
-from ator import Ator, Scope, Settings
-from ator.api.app import create_app
-from ator.engine.mcp import McpServers, McpService
-from ator.store import keys as key_store
-from ator.store import orgs as org_store
-
 RESULTS = Path(__file__).parent / "results" / "gateway.json"
+_STARTUP = 60.0
 
 
-def upstream() -> MCPServer:
+def upstream_app() -> Any:
+    """`echo` over Streamable HTTP, and `GET /initialized`: how many sessions were opened."""
     server = MCPServer("upstream")
+    opened = {"n": 0}
 
     @server.tool(description="Echo the text back.",
                  annotations=ToolAnnotations(read_only_hint=True))
     def echo(text: str) -> str:
         return text
 
-    return server
+    app = server.streamable_http_app()
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/initialized":
+            body = str(opened["n"]).encode()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": body})
+            return
+        if scope["type"] == "http" and scope["method"] == "POST":
+            messages, data = [], b""
+            while True:
+                m = await receive()
+                messages.append(m)
+                data += m.get("body", b"")
+                if not m.get("more_body"):
+                    break
+            if b'"initialize"' in data:
+                opened["n"] += 1
+
+            async def replay() -> Any:
+                return messages.pop(0) if messages else await receive()
+            return await app(scope, replay, send)
+        return await app(scope, receive, send)
+
+    return counting
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def wait_ready(url: str, proc: asyncio.subprocess.Process) -> None:
+    deadline = time.monotonic() + _STARTUP
+    async with httpx2.AsyncClient(timeout=2) as http:
+        while time.monotonic() < deadline:  # a process start: nothing to wait on but polls
+            if proc.returncode is not None:
+                raise RuntimeError(f"a bench process exited with {proc.returncode}")
+            try:
+                if (await http.get(url)).status_code < 500:
+                    return
+            except httpx2.TransportError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"{url} was not ready after {_STARTUP} s")
 
 
 @asynccontextmanager
-async def serve(app: Any) -> AsyncIterator[int]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(512)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="auto"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        yield int(sock.getsockname()[1])
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+async def process(args: list[str], env: dict[str, str], ready_url: str
+                  ) -> AsyncIterator[asyncio.subprocess.Process]:
+    with tempfile.TemporaryFile(prefix="bench-gateway-") as log:
+        proc = await asyncio.create_subprocess_exec(*args, env=env, stdout=log,
+                                                    stderr=subprocess.STDOUT)
+        try:
+            await wait_ready(ready_url, proc)
+            yield proc
+        finally:
+            if proc.returncode is None:
+                proc.terminate()
+                try:
+                    await asyncio.wait_for(proc.wait(), 15)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
 
 
 @asynccontextmanager
@@ -105,49 +157,55 @@ async def timed(call: Callable[[], Awaitable[Any]], n: int, concurrent: bool) ->
 async def run(args: argparse.Namespace) -> int:
     pg = await PgServer.start()
     try:
-        url = await pg.recreate("bench_gateway")
-        settings = Settings(database_url=url, data_dir=Path(tempfile.mkdtemp()),
-                            egress_allow=("127.0.0.1",), rate_limit_per_minute=0,
-                            log_level="WARNING")
-        ator = await Ator.open(settings)
-        try:
-            return await measure(ator, args)
-        finally:
-            await ator.close()
+        db_url = await pg.recreate("bench_gateway")
+        up_port, gw_port = free_port(), free_port()
+        key = f"ator_{secrets.token_hex(4)}_{secrets.token_urlsafe(24)}"
+        base = {k: v for k, v in os.environ.items() if not k.startswith("ATOR_")}
+        env = {**base, "ATOR_DATABASE_URL": db_url, "ATOR_BOOTSTRAP_KEY": key,
+               "ATOR_PORT": str(gw_port), "ATOR_EGRESS_ALLOW": "127.0.0.1",
+               "ATOR_RATE_LIMIT_PER_MINUTE": "0", "ATOR_LOG_LEVEL": "WARNING",
+               "ATOR_DATA_DIR": tempfile.mkdtemp(prefix="bench-gateway-"),
+               "ATOR_MASTER_KEY": base64.b64encode(secrets.token_bytes(32)).decode()}
+        up = [sys.executable, __file__, "--serve-upstream", str(up_port)]
+        serve = [sys.executable, "-c", "from ator.cli.main import main; main()", "serve"]
+        async with process(up, base, f"http://127.0.0.1:{up_port}/initialized"), \
+                process(serve, env, f"http://127.0.0.1:{gw_port}/readyz"):
+            return await measure(args, f"http://127.0.0.1:{up_port}",
+                                 f"http://127.0.0.1:{gw_port}", key)
     finally:
         await pg.drop("bench_gateway")
         await pg.close()
 
 
-async def measure(ator: Ator, args: argparse.Namespace) -> int:
-    org = await ator.create_org(f"bench-{uuid.uuid4().hex[:6]}")
-    scope = Scope(org.id)
-    user = await org_store.create_user(ator.db, scope, "bench@x", "member")
-    _, key = await key_store.create_key(ator.db, scope, user_id=user, name="b", role="member")
-    report: dict[str, Any] = {"calls": args.calls, "concurrent": args.concurrent, "eras": {}}
-    ok = True
-    async with serve(upstream().streamable_http_app()) as up_port, \
-            serve(create_app(ator.settings, runtime=ator)) as gw_port:
-        up_url = f"http://127.0.0.1:{up_port}/mcp"
-        made = await ator.service(McpServers).create_mcp_server(scope, name="up", url=up_url)
-        name = f"{made.id.hex[:8]}__echo"
-        pool = ator.service(McpService).pool
+async def measure(args: argparse.Namespace, up: str, gw: str, key: str) -> int:
+    auth = {"Authorization": f"Bearer {key}"}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        made = await http.post(f"{gw}/v1/mcp-servers", headers=auth,
+                               json={"name": "up", "url": f"{up}/mcp"})
+        made.raise_for_status()
+        name = f"{made.json()['id'].replace('-', '')[:8]}__echo"
+
+        async def initialized() -> int:
+            return int((await http.get(f"{up}/initialized")).text)
+
+        report: dict[str, Any] = {"calls": args.calls, "concurrent": args.concurrent,
+                                  "eras": {}}
+        ok = True
         for mode in ("auto", "legacy"):
             row: dict[str, Any] = {}
-            for label, target, tool, token in (("direct", up_url, "echo", None),
-                                               ("gateway", f"http://127.0.0.1:{gw_port}/mcp",
-                                                name, key)):
+            for label, target, tool, token in (("direct", f"{up}/mcp", "echo", None),
+                                               ("gateway", f"{gw}/mcp", name, key)):
                 async with client(target, token, mode) as c:
                     async def call(c: Client = c, tool: str = tool) -> Any:
                         return await c.call_tool(tool, {"text": "hi"})
 
                     await timed(call, 20, False)  # warm-up
-                    opened = pool.opened
+                    before = await initialized()
                     row[label] = {
                         "sequential": quantiles(await timed(call, args.calls, False)),
                         "concurrent": quantiles(await timed(call, args.concurrent, True))}
                     if label == "gateway":
-                        row["upstream_sessions_opened"] = pool.opened - opened
+                        row["upstream_sessions_opened"] = await initialized() - before
             for phase in ("sequential", "concurrent"):
                 row[f"added_{phase}"] = {
                     q: round(row["gateway"][phase][q] - row["direct"][phase][q], 3)
@@ -162,10 +220,17 @@ async def measure(ator: Ator, args: argparse.Namespace) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--concurrent", type=int, default=100)
-    sys.exit(asyncio.run(run(parser.parse_args())))
+    parser.add_argument("--serve-upstream", type=int, metavar="PORT",
+                        help=argparse.SUPPRESS)  # the upstream process of a run
+    args = parser.parse_args()
+    if args.serve_upstream:
+        uvicorn.run(upstream_app(), host="127.0.0.1", port=args.serve_upstream,
+                    log_level="warning")
+        return
+    sys.exit(asyncio.run(run(args)))
 
 
 if __name__ == "__main__":
