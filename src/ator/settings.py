@@ -237,6 +237,14 @@ class Settings(BaseSettings):
             return tuple(float(part) for part in value.split(",") if part.strip())
         return value
 
+    # The MCP gateway (/mcp, ator.gateway). `Host` values it answers (e.g. "ator.example.com",
+    # "ator.example.com:*") and, with those set, the `Origin`s it accepts from browsers.
+    # Empty: no Host/Origin check (the bearer key is the gate: a web page cannot send it).
+    gateway_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    gateway_allowed_origins: Annotated[tuple[str, ...], NoDecode] = ()
+    # Handshake-era sessions (Mcp-Session-Id) idle longer than this are closed.
+    gateway_session_idle: float = Field(default=1800.0, gt=0)
+
     @field_validator("prices", "cap_ceilings", "model_windows", mode="before")
     @classmethod
     def _json_text(cls, value: Any) -> Any:
@@ -282,7 +290,8 @@ class Settings(BaseSettings):
             raise ValueError("three non-negative numbers (generations 0, 1, 2), or []")
         return value
 
-    @field_validator("egress_allow", mode="before")
+    @field_validator("egress_allow", "gateway_allowed_hosts", "gateway_allowed_origins",
+                     mode="before")
     @classmethod
     def _split_allow(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.routing import Route
 
 import ator
 from ator.api import (
@@ -34,11 +35,13 @@ from ator.api import (
     webhooks,
 )
 from ator.api.console import mount_console
+from ator.api.gateway_calls import router as gateway_calls
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.api.responses import JsonResponse
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
+from ator.gateway import McpGateway
 from ator.obs import gctune
 from ator.obs.logging import configure_logging
 from ator.providers.base import Provider
@@ -68,6 +71,7 @@ def create_app(
         rt = runtime or await Ator.open(settings, providers=providers)
         app.state.ator = rt
         sockets.attach(rt)
+        await mcp_gateway.attach(rt)
         try:
             announce_bootstrap(await rt.service(Access).bootstrap())
             if owned:  # a served process, not a test's runtime
@@ -76,6 +80,7 @@ def create_app(
                 await rt.start_jobs()
             yield
         finally:
+            await mcp_gateway.close()
             await sockets.close()
             if owned:
                 await rt.close()
@@ -107,6 +112,12 @@ def create_app(
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
                    mcp_servers, instructions, calls, catalog, webhooks):
         app.include_router(module.router)
+    # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
+    mcp_gateway = McpGateway(settings)
+    app.state.mcp_gateway = mcp_gateway
+    app.router.routes.append(Route("/mcp", endpoint=mcp_gateway,
+                                   methods=["GET", "POST", "DELETE"]))
+    app.include_router(gateway_calls)
     mount_console(app, settings.web_dir)
     return app
 

@@ -100,7 +100,8 @@ class McpService:
         self.toolset = McpToolset(self, self.pool,
                                   description_chars=settings.mcp_description_chars,
                                   companions=(read_tool_result,),
-                                  search_threshold=settings.mcp_tool_search_threshold)
+                                  search_threshold=settings.mcp_tool_search_threshold,
+                                  listing_ttl=settings.mcp_catalog_ttl)
 
     async def aclose(self) -> None:
         await self.pool.aclose()

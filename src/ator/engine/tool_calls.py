@@ -26,12 +26,12 @@ from ator import jsonenc
 from ator.store import tool_audit
 from ator.store.database import Database
 from ator.store.scope import Scope
-from ator.tools.base import Caller, ToolCall, ToolContext, ToolOutcome, result_block
+from ator.tools.base import Caller, Tool, ToolCall, ToolContext, ToolOutcome, result_block
 from ator.tools.policy import ToolPolicy
 from ator.tools.registry import ToolRegistry
-from ator.tools.toolset import OrgToolScope, OrgToolset, permitted
+from ator.tools.toolset import LeftOut, OrgToolScope, OrgToolset, permitted
 
-__all__ = ["ToolCallResult", "ToolCalls", "arguments_hash"]
+__all__ = ["ToolCallResult", "ToolCalls", "ToolListing", "arguments_hash"]
 
 
 def arguments_hash(args: Any) -> str:
@@ -54,6 +54,12 @@ class ToolCallResult:
     audit_id: UUID
 
 
+@dataclass(frozen=True, slots=True)
+class ToolListing:
+    tools: list[Tool]
+    left_out: list[LeftOut]
+
+
 class ToolCalls:
     """The org's tools, callable without a turn (one per engine)."""
 
@@ -74,20 +80,21 @@ class ToolCalls:
 
     async def run(
         self, scope: Scope, caller: Caller, name: str, args: Any,
-        *, policy: ToolPolicy | None = None,
+        *, policy: ToolPolicy | None = None, conversation: UUID | None = None,
     ) -> ToolCallResult:
         """Run tool `name` with `args` for `caller` in the org of `scope`, under `policy`
-        (default: every always-on tool, no opt-in one). A refused, invalid, failed or timed
-        out call is a result with `is_error` and an `error_code`, never an exception; the
-        audit row is written before this returns."""
+        (default: every always-on tool, no opt-in one), in the caller's `conversation` (the
+        upstream sessions a tool holds are that conversation's). A refused, invalid, failed
+        or timed out call is a result with `is_error` and an `error_code`, never an
+        exception; the audit row is written before this returns."""
         started = time.perf_counter()
         call = ToolCall(f"call_{uuid.uuid4().hex}", name, args if isinstance(args, dict)
                         else None, "" if isinstance(args, dict) else jsonenc.dumps(args))
         outcome: ToolOutcome | None = None
         code: str | None = None
         try:
-            outcome, code = await self._run(
-                OrgToolScope(scope.org_id, caller, policy or ToolPolicy()), call)
+            outcome, code = await self._run(OrgToolScope(
+                scope.org_id, caller, policy or ToolPolicy(), conversation), call)
         except asyncio.CancelledError:
             code = "cancelled"
             raise
@@ -106,6 +113,23 @@ class ToolCalls:
         block = result_block(outcome.record())
         return ToolCallResult(name, str(block["content"]), outcome.is_error, outcome.untrusted,
                               outcome.truncated_from, ms, code, audit_id)
+
+    async def tools(self, scope: Scope, caller: Caller, *, policy: ToolPolicy | None = None,
+                    conversation: UUID | None = None) -> ToolListing:
+        """The tools `caller` may call in the org of `scope` under `policy`: what `run`
+        would run, one per name (the first toolset's), and the sources the toolsets left
+        out this time (an MCP server down), each with its code."""
+        org = OrgToolScope(scope.org_id, caller, policy or ToolPolicy(), conversation)
+        allow = None if org.policy.allow is None else frozenset(org.policy.allow)
+        deny = frozenset(org.policy.deny)
+        found: dict[str, Tool] = {}
+        for ts in self._toolsets:
+            for tool in await ts.org_tools(org):
+                if tool.turn_only:  # it could only refuse here
+                    continue
+                if tool.name not in found and permitted(tool.name, allow, deny):
+                    found[tool.name] = tool
+        return ToolListing(list(found.values()), list(org.left_out))
 
     async def audit(self, scope: Scope, *, limit: int = 50, cursor: str | None = None
                     ) -> tool_audit.AuditPage:

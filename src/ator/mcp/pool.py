@@ -23,7 +23,7 @@ from uuid import UUID
 import mcp_types as types
 
 from ator.errors import McpError
-from ator.mcp.client import McpEndpoint, McpSession
+from ator.mcp.client import McpEndpoint, McpSession, RemoteTool
 from ator.net.egress import Egress
 
 __all__ = ["McpPool", "SessionKey"]
@@ -81,6 +81,18 @@ class McpPool:
             self.opened += 1
             self._sessions[key] = (session, self._clock())
             return session
+
+    async def list_tools(self, key: SessionKey, endpoint: McpEndpoint) -> list[RemoteTool]:
+        """The server's tools on `key`'s session. Listing changes nothing, so a session found
+        dead is replaced and the listing retried once, like a read-only call."""
+        session = await self.session(key, endpoint)
+        try:
+            return await session.list_tools()
+        except McpError as exc:
+            if exc.code != "mcp_session_restarted":
+                raise
+            await self._drop(key, session)
+        return await (await self.session(key, endpoint)).list_tools()
 
     async def call(
         self,

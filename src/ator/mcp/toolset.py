@@ -20,6 +20,8 @@ import base64
 import fnmatch
 import json
 import re
+import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -34,12 +36,13 @@ from ator.mcp.pool import McpPool, SessionKey
 from ator.mcp.search import ToolIndex, search_tool
 from ator.tools.base import Tool, ToolContext, ToolResult
 from ator.tools.failure import failure
-from ator.tools.toolset import ToolScope
+from ator.tools.toolset import LeftOut, OrgToolScope, ToolScope
 
 __all__ = ["McpCatalog", "McpToolset", "MountedServer", "mounted_name", "render_result"]
 
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 MAX_NAME = 64
+_CALLER_NS = uuid.UUID("0f4a7d52-3c1e-4b8e-9a61-6a7465776179")  # a caller's own sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,11 @@ class McpToolset:
     name: str = "mcp"
     problems: dict[UUID, list[str]] = field(default_factory=dict)
     _turns: OrderedDict[UUID, _Turn] = field(default_factory=OrderedDict)
+    # Outside a turn every call asks for the tools again: a live listing is reused this
+    # long per upstream session, so a call is one upstream round trip, not two.
+    listing_ttl: float = 5.0
+    _listed: OrderedDict[SessionKey, tuple[float, Sequence[RemoteTool]]] = field(
+        default_factory=OrderedDict)
 
     async def tools(self, scope: ToolScope) -> Sequence[Tool]:
         turn = self._turns.get(scope.turn_id)
@@ -193,13 +201,66 @@ class McpToolset:
         if server.tools is not None:
             return server.tools
         try:
-            session = await self.pool.session(SessionKey(org_id, server.id, root),
+            return await self.pool.list_tools(SessionKey(org_id, server.id, root),
                                               server.endpoint)
-            return await session.list_tools()
         except AtorError as exc:
             problems.append(f"MCP server {server.endpoint.name!r} left out: [{exc.code}] "
                             f"{exc.message}")
             return ()
+
+    async def org_tools(self, scope: OrgToolScope) -> Sequence[Tool]:
+        """Outside a turn (the MCP gateway): every enabled server's tools, named
+        `<server id>__<tool>` by the first 8 hex digits of the server's id, which a rename
+        never changes and two servers of one org share only by a collision that is refused
+        (left out with `mcp_tool_name_taken`), never overwritten. Sessions are the caller's
+        conversation's own (`scope.conversation`; without one, the caller's). A server that
+        cannot be reached is left out with its code; the others are still offered."""
+        root = scope.conversation or uuid.uuid5(_CALLER_NS, f"{scope.caller.kind}:"
+                                                            f"{scope.caller.id}")
+        servers = await self.catalog.mounted(scope.org_id)
+        failures: list[tuple[MountedServer, AtorError]] = []
+        listed = await asyncio.gather(*(self._org_list(s, scope.org_id, root, failures)
+                                        for s in servers))
+        for server, exc in failures:
+            scope.left_out.append(LeftOut(f"mcp:{server.id}", exc.code,
+                                          f"MCP server {server.endpoint.name!r} left out: "
+                                          f"{exc.message}"))
+        out: dict[str, Tool] = {}
+        for server, remote in zip(servers, listed, strict=True):
+            key = SessionKey(scope.org_id, server.id, root)
+            for r in remote:
+                name = mounted_name(server.id.hex[:8], r.name)
+                if not _allowed(server, r.name, name):
+                    continue
+                if name in out:
+                    scope.left_out.append(LeftOut(
+                        f"mcp:{server.id}", "mcp_tool_name_taken",
+                        f"tool {r.name!r} of {server.endpoint.name!r} was left out: another "
+                        f"tool already has the name {name!r}"))
+                    continue
+                out[name] = self._tool(server, key, r, name)
+        return tuple(out.values())
+
+    async def _org_list(self, server: MountedServer, org_id: UUID, root: UUID,
+                        failures: list[tuple[MountedServer, AtorError]]
+                        ) -> Sequence[RemoteTool]:
+        if server.tools is not None:
+            return server.tools
+        key = SessionKey(org_id, server.id, root)
+        found = self._listed.get(key)
+        if found is not None and found[0] > time.monotonic() and key in self.pool:
+            return found[1]
+        try:
+            tools = await self.pool.list_tools(key, server.endpoint)
+        except AtorError as exc:
+            self._listed.pop(key, None)
+            failures.append((server, exc))
+            return ()
+        self._listed[key] = (time.monotonic() + self.listing_ttl, tools)
+        self._listed.move_to_end(key)
+        while len(self._listed) > 4096:
+            self._listed.popitem(last=False)
+        return tools
 
     def _tool(self, server: MountedServer, key: SessionKey, remote: RemoteTool,
               name: str) -> Tool:

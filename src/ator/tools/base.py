@@ -122,6 +122,9 @@ class Tool:
     untrusted: bool = False
     # Mounted for this turn by a search (`tool_search`), not offered from the start.
     on_demand: bool = False
+    # Needs a conversation turn (its thread, its subtree): not offered outside one (the MCP
+    # gateway, workflow steps), where it could only refuse.
+    turn_only: bool = False
 
     def spec(self, description: str | None = None) -> ToolSpec:
         return ToolSpec(self.name, self.description if description is None else description,

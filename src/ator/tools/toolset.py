@@ -28,6 +28,7 @@ from ator.tools.policy import ToolPolicy
 from ator.tools.registry import ToolRegistry
 
 __all__ = [
+    "LeftOut",
     "OrgToolScope",
     "OrgToolset",
     "StaticToolset",
@@ -58,6 +59,21 @@ class OrgToolScope:
     org_id: UUID
     caller: Caller
     policy: ToolPolicy = field(default_factory=ToolPolicy)
+    # The caller's conversation, when it has one (the gateway's downstream session): a
+    # toolset holding upstream sessions keys them by it, so two conversations never share one.
+    conversation: UUID | None = None
+    # Filled by the toolsets: what they could not offer this time, and why.
+    left_out: list[LeftOut] = field(default_factory=list, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """A source of tools a toolset left out of an `OrgToolScope`'s tools (e.g. an MCP server
+    that could not be reached), with a stable `code`; the other sources are still offered."""
+
+    source: str
+    code: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,219 @@
+"""`/mcp`: an org's tools served to outside MCP clients (layer: gateway; imports mcp, starlette,
+engine facades `Access` and `ToolCalls`, gateway.*, settings).
+
+    MCP client ──POST/GET/DELETE /mcp──▶ McpGateway.__call__ (any replica)
+        bearer org key → Access.authenticate (401 otherwise), rate limit per key
+        handshake era: `Mcp-Session-Id` checked (404 unless live and this key's) or, on
+          `initialize`, opened, on the coordinator (gateway/sessions.py)
+        └─ the SDK's StreamableHTTPSessionManager, stateless: the era is picked per request
+           from `MCP-Protocol-Version` (2026-07-28: one sessionless POST) and each request is
+           served whole, so no replica holds a session the next request needs
+             └─ tools/list, tools/call → Catalog (gateway/catalog.py) → ToolCalls
+
+The principal and the session ride in the ASGI scope (`ator.principal`,
+`ator.conversation`) to the handlers, which read them from the request the SDK hands them;
+the session manager runs in a task of its own for the runtime's life (`attach` … `close`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+from uuid import UUID
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from starlette.types import Message, Receive, Scope, Send
+
+import ator
+from ator.engine.access import Access
+from ator.engine.runtime import Ator
+from ator.engine.tool_calls import ToolCalls
+from ator.gateway.catalog import Catalog
+from ator.gateway.sessions import GatewaySessions
+from ator.settings import Settings
+from ator.store.records import Principal
+
+__all__ = ["PRINCIPAL_KEY", "McpGateway"]
+
+PRINCIPAL_KEY = "ator.principal"
+CONVERSATION_KEY = "ator.conversation"  # the gateway session's id (None: sessionless)
+_WINDOW = 60.0
+
+
+class McpGateway:
+    """The ASGI app of `/mcp` (one per process; `attach` it to the runtime before use)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._server: Server[Any] = Server(
+            "ator", version=ator.__version__,
+            instructions="The tools of your ator organization.",
+            on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        hosts = list(settings.gateway_allowed_hosts)
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=bool(hosts), allowed_hosts=hosts,
+            allowed_origins=list(settings.gateway_allowed_origins))
+        # Stateless: every request is served whole by whichever replica gets it; the
+        # handshake era's session is the gateway's own (gateway/sessions.py).
+        self._manager = StreamableHTTPSessionManager(
+            self._server, json_response=True, stateless=True, security_settings=security)
+        self._ator: Ator | None = None
+        self._sessions: GatewaySessions | None = None
+        self._catalog: Catalog | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def attach(self, runtime: Ator) -> None:
+        """Serve `runtime`'s tools; starts the SDK's session manager (once)."""
+        self._ator = runtime
+        self._catalog = Catalog(runtime.service(ToolCalls))
+        self._sessions = GatewaySessions(runtime.coord, self._settings.gateway_session_idle)
+        if self._task is None:
+            started = asyncio.Event()
+            self._task = asyncio.create_task(self._run(started), name="mcp-gateway")
+            await started.wait()
+
+    async def close(self) -> None:
+        """Stop the session manager (every open session ends)."""
+        self._stop.set()
+        if self._task is not None:
+            task, self._task = self._task, None
+            await task
+
+    async def _run(self, started: asyncio.Event) -> None:
+        async with self._manager.run():
+            started.set()
+            await self._stop.wait()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._ator is None:
+            await _reply(send, 503, "unavailable", "the MCP gateway is not attached")
+            return
+        principal = await self._authenticate(scope)
+        if principal is None:
+            await _reply(send, 401, "unauthenticated",
+                         "an org API key is required (Authorization: Bearer <key>)",
+                         [(b"www-authenticate", b'Bearer realm="ator"')])
+            return
+        limit = self._ator.settings.rate_limit_per_minute
+        if limit > 0 and await self._ator.coord.hit(
+                f"rl:gateway:{principal.key_id}", _WINDOW) > limit:
+            retry = int(_WINDOW - (time.time() % _WINDOW)) + 1
+            await _reply(send, 429, "rate_limited", f"more than {limit} requests this minute",
+                         [(b"retry-after", str(retry).encode())])
+            return
+        await self._serve(scope, receive, send, principal)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send,
+                     principal: Principal) -> None:
+        """The session (handshake era) checked or opened, then the SDK serves the request."""
+        assert self._sessions is not None
+        headers = dict(scope.get("headers") or [])
+        named = headers.get(b"mcp-session-id", b"").decode("latin-1") or None
+        session: UUID | None = None
+        if named is not None:
+            session = await self._sessions.touch(named, principal.key_id)
+            if session is None:  # unknown, expired, ended, or another key's
+                await _rpc_error(send, 404, -32600, "Session not found")
+                return
+            if scope["method"] == "DELETE":
+                await self._sessions.close(session, principal.key_id)
+                await send({"type": "http.response.start", "status": 204, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+                return
+        elif scope["method"] == "POST" and b"mcp-protocol-version" not in headers:
+            receive, method = await _peek_method(receive)
+            if method == "initialize":
+                session = await self._sessions.open(principal.key_id)
+                send = _with_header(send, b"mcp-session-id", session.hex.encode())
+        await self._manager.handle_request(
+            {**scope, PRINCIPAL_KEY: principal, CONVERSATION_KEY: session}, receive, send)
+
+    async def _authenticate(self, scope: Scope) -> Principal | None:
+        assert self._ator is not None
+        auth = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+        if auth[:7].lower() != "bearer " or not auth[7:].strip():
+            return None
+        return await self._ator.service(Access).authenticate(auth[7:].strip())
+
+    def _principal(self, ctx: ServerRequestContext[Any, Any]
+                   ) -> tuple[Catalog, Principal, UUID | None]:
+        """The catalog, who asks, and the downstream session (handshake era; None in the
+        sessionless era): upstream sessions are that session's own."""
+        request = ctx.request
+        principal = None if request is None else request.scope.get(PRINCIPAL_KEY)
+        if request is None or not isinstance(principal, Principal) or self._catalog is None:
+            raise MCPError(-32600, "no authenticated principal on this request")
+        return self._catalog, principal, request.scope.get(CONVERSATION_KEY)
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
+                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        catalog, principal, conversation = self._principal(ctx)
+        return await catalog.tools(principal, conversation)
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
+                         params: types.CallToolRequestParams) -> types.CallToolResult:
+        catalog, principal, conversation = self._principal(ctx)
+        return await catalog.call(principal, params.name, params.arguments or {},
+                                  conversation)
+
+
+async def _peek_method(receive: Receive) -> tuple[Receive, str | None]:
+    """The JSON-RPC method of the request's body (None when it is not one request), and a
+    `receive` that replays the body to the SDK. The body limit (api.limits) has bounded it."""
+    messages: list[Message] = []
+    body = b""
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    method = parsed.get("method") if isinstance(parsed, dict) else None
+
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return replay, method if isinstance(method, str) else None
+
+
+def _with_header(send: Send, name: bytes, value: bytes) -> Send:
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] == 200:
+            message = {**message, "headers": [*message.get("headers", []), (name, value)]}
+        await send(message)
+
+    return wrapped
+
+
+async def _rpc_error(send: Send, status: int, code: int, message: str) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": None,
+                       "error": {"code": code, "message": message}}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _reply(send: Send, status: int, code: str, detail: str,
+                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    # The API's problem shape (api/problems.py), which this layer cannot import.
+    body = json.dumps({"type": f"https://ator.dev/problems/{code}",
+                       "title": code.replace("_", " ").capitalize(), "status": status,
+                       "detail": detail, "code": code}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(body)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
