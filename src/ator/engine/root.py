@@ -46,6 +46,7 @@ from ator.subagents.extension import SubagentsExtension
 from ator.tools.base import Tool
 from ator.tools.builtin import builtin_tools
 from ator.tools.toolset import OrgToolset, StaticToolset, Toolset
+from ator.workflows.extension import WorkflowsExtension
 
 __all__ = ["DEFAULT_EXTENSIONS", "Engine", "ExtensionFactory", "Services", "assemble"]
 
@@ -53,7 +54,8 @@ T = TypeVar("T")
 ExtensionFactory = Callable[[Kernel], Extension]
 
 #: What `Ator.open` builds the engine from unless told otherwise.
-DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (McpExtension, SubagentsExtension)
+DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (McpExtension, SubagentsExtension,
+                                                   WorkflowsExtension)
 
 
 class Services:
