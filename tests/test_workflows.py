@@ -5,6 +5,7 @@ idempotent start under a race, and lifecycle races that never reopen a terminal 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -237,10 +238,8 @@ async def test_lifecycle_races_never_reopen_a_terminal_run(runtime: Ator) -> Non
         run, _ = await flows.start(scope, wf, {})
 
         async def poke(action: str, run_id: Any = run["id"]) -> None:
-            try:
+            with contextlib.suppress(Conflict):
                 await getattr(flows, action)(scope, run_id)
-            except Conflict:
-                pass
 
         await asyncio.gather(*(poke(a) for a in ["pause", "resume"] * 20 + ["cancel"]
                                + ["resume", "pause"] * 20))

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 import ator
 from ator.api import catalog, mcp_servers, ops, orgs, prompts, sessions, setups, stream, threads
+from ator.api import workflows as workflow_routes
 from ator.api.console import mount_console
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
@@ -89,6 +90,7 @@ def create_app(
     install_problem_handlers(app)
     for module in (ops, orgs, sessions, setups, threads, stream, mcp_servers, prompts, catalog):
         app.include_router(module.router)
+    app.include_router(workflow_routes.router)  # ator.workflows (issue 19)
     mount_console(app, settings.web_dir)
     return app
 
