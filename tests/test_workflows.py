@@ -15,6 +15,7 @@ import pytest
 
 from ator.engine.runtime import Ator
 from ator.errors import Conflict, NotFound, ValidationFailed
+from ator.jobs import JobQueue
 from ator.store.scope import Scope
 from ator.workflows import Workflows
 
@@ -279,3 +280,54 @@ async def test_another_orgs_run_is_not_found(runtime: Ator) -> None:
                  flows.get(stranger, wf), flows.start(stranger, wf, {})):
         with pytest.raises(NotFound):
             await call
+
+
+async def test_a_runaway_expression_is_cut_off_and_pauses_the_run(make_ator: Any) -> None:
+    async with make_ator(job_poll_interval=0.05, workflow_expr_timeout_ms=200) as ator:
+        await ator.start_jobs()
+        scope = await org(ator)
+        flows = ator.service(Workflows)
+        wf = await published(ator, scope, recipe(
+            {"id": "spin", "type": "transform",
+             "expr": "($f := function($n){ $f($n + 1) }; $f(1))"}))
+        started = time.monotonic()
+        run, _ = await flows.start(scope, wf, {})
+        paused = await settled(ator, scope, run["id"], until={"paused"}, timeout=30)
+        assert time.monotonic() - started < 20
+        assert paused["pause_reason"] == "step_failed:spin"
+        assert "timeout" in paused["error"].lower() or "depth" in paused["error"].lower()
+
+
+async def test_a_map_whose_list_is_over_the_value_cap_pauses_naming_it(make_ator: Any) -> None:
+    async with make_ator(job_poll_interval=0.05, workflow_value_bytes=50_000) as ator:
+        await ator.start_jobs()
+        scope = await org(ator)
+        flows = ator.service(Workflows)
+        wf = await published(ator, scope, recipe(
+            {"id": "each", "type": "map", "over": "[1..10]",
+             "step": {"type": "transform", "expr": "$pad('', 10000, 'x')"}}))
+        run, _ = await flows.start(scope, wf, {})
+        paused = await settled(ator, scope, run["id"], until={"paused"})
+        assert paused["pause_reason"] == "step_failed:each"
+        assert "above the cap" in paused["error"]
+
+
+async def test_a_step_with_a_stored_output_never_runs_again(runtime: Ator) -> None:
+    scope = await org(runtime)
+    flows = runtime.service(Workflows)
+    wf = await published(runtime, scope, recipe({"id": "a", "type": "transform",
+                                                 "expr": "input.n * 3"}))
+    run, _ = await flows.start(scope, wf, {"n": 2})
+    assert (await settled(runtime, scope, run["id"]))["output"] == 6
+    step = (await flows.steps(scope, run["id"]))[0]
+    # A duplicate delivery of the step's job (as a rescue would make) claims nothing.
+    queue = runtime.service(JobQueue)
+    job = await queue.enqueue(scope, "workflow.step", {"run_id": str(run["id"]),
+                                                       "step_id": str(step["id"])})
+    assert job is not None
+    deadline = time.monotonic() + 20
+    while (await queue.get(scope, job)).state != "done":
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    again = await flows.step(scope, run["id"], step["id"])
+    assert (again["attempt"], again["output"]) == (1, 6)

@@ -35,8 +35,8 @@ async def _worker(database_url: str, tmp_path: Path, name: str) -> tuple[Any, Pa
 
 async def _running(log: Path, proc: Any) -> None:
     async with asyncio.timeout(60):
-        while b"ator worker: running" not in log.read_bytes():
-            assert proc.returncode is None, log.read_text()
+        while b"ator worker: running" not in await asyncio.to_thread(log.read_bytes):
+            assert proc.returncode is None, "the worker exited before running"
             await asyncio.sleep(0.05)
 
 

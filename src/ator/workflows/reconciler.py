@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,6 +48,7 @@ log = get_logger("ator.workflows.reconciler")
 
 # What advancing a step says: go on to the next step, stop here, or stop and come back then.
 Progress = bool | datetime
+_SHIFT = 30.0  # seconds one reconcile job keeps ticking before it hands over
 
 
 class Reconciler:
@@ -67,6 +69,7 @@ class Reconciler:
                 return  # the run is gone (deleted with its org)
             raise Retry(after=min(max(left, 0.05), self.ttl), reason="the run's lease is held")
         renewing = asyncio.create_task(self._renew(run_id, owner))
+        started = time.monotonic()
         try:
             while True:
                 seen, wake_at = await self._tick(ctx.scope, run_id, owner)
@@ -74,11 +77,18 @@ class Reconciler:
                     now = await run_store.changes_locked(conn, run_id, owner)
                     if now is None:
                         raise LeaseLost(f"run {run_id}: the reconciler's lease was taken")
-                    if now != seen:
+                    # A busy run would keep one job ticking for as long as items finish:
+                    # after a while it hands over to a fresh job instead (its timeout is
+                    # per job, and other runs' reconcilers deserve the slot too).
+                    tired = time.monotonic() - started > _SHIFT
+                    if now != seen and not tired:
                         continue  # something changed while we worked: tick again
                     await run_store.release_lease(conn, run_id, owner)
                     await ctx.complete(conn)
-                    if wake_at is not None:  # after complete: the run's unique key is free
+                    if now != seen:
+                        wake_at = None  # now, not later
+                    if now != seen or wake_at is not None:
+                        # After complete: the run's unique key is free again.
                         await wake(self.queue, conn, ctx.scope, run_id, at=wake_at)
                     return
         finally:
