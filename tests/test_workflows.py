@@ -331,3 +331,16 @@ async def test_a_step_with_a_stored_output_never_runs_again(runtime: Ator) -> No
         await asyncio.sleep(0.05)
     again = await flows.step(scope, run["id"], step["id"])
     assert (again["attempt"], again["output"]) == (1, 6)
+
+
+async def test_a_pause_expires_into_a_cancel_with_its_own_reason(make_ator: Any) -> None:
+    async with make_ator(job_poll_interval=0.05, workflow_pause_ttl=0.5) as ator:
+        await ator.start_jobs()
+        scope = await org(ator)
+        flows = ator.service(Workflows)
+        wf = await published(ator, scope, recipe({"id": "w", "type": "wait", "seconds": 3600}))
+        run, _ = await flows.start(scope, wf, {})
+        await flows.pause(scope, run["id"], "lunch")
+        done = await settled(ator, scope, run["id"], timeout=20)
+        assert (done["status"], done["cancel_reason"], done["pause_reason"]) == (
+            "cancelled", "pause_expired", "lunch")

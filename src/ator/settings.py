@@ -228,6 +228,8 @@ class Settings(BaseSettings):
     workflow_expr_depth: int = Field(default=200, ge=1)
     workflow_value_bytes: int = Field(default=4_000_000, ge=1_000)
     workflow_lease_ttl: float = Field(default=30.0, gt=0)
+    # A run paused longer than this is cancelled (`cancel_reason: pause_expired`).
+    workflow_pause_ttl: float = Field(default=7 * 86_400.0, gt=0)
 
     @field_validator("prices", "cap_ceilings", "model_windows", mode="before")
     @classmethod

@@ -326,6 +326,8 @@ class RunFence:
     max_steps: int
     steps_used: int
     changes: int
+    paused_at: datetime | None
+    pause_expired: bool
 
 
 _TAKE = sa.text("""
@@ -344,7 +346,14 @@ _FENCE = sa.text("""
 UPDATE workflow_runs SET lease_until = now() + make_interval(secs => :ttl)
  WHERE id = :id AND lease_owner = :owner
 RETURNING id, org_id, status, recipe, input, deadline < now() AS overdue, deadline,
-          max_steps, steps_used, changes
+          max_steps, steps_used, changes, paused_at,
+          paused_at < now() - make_interval(secs => :pause_ttl) AS pause_expired
+""")
+
+_EXPIRE_PAUSE = sa.text(f"""
+UPDATE workflow_runs SET status = 'cancelled', cancel_reason = 'pause_expired',
+       finished_at = now(), paused_at = NULL
+ WHERE id = :id AND status = 'paused' AND lease_owner = :owner RETURNING {_RUN_COLS}
 """)
 
 _RENEW = sa.text("""
@@ -375,13 +384,21 @@ async def renew_lease(db: Database, run_id: UUID, owner: str, ttl: float) -> boo
     return bool(await db.write(_RENEW, {"id": run_id, "owner": owner, "ttl": ttl}))
 
 
-async def fence(conn: Connection, run_id: UUID, owner: str, ttl: float) -> RunFence | None:
+async def fence(conn: Connection, run_id: UUID, owner: str, ttl: float,
+                pause_ttl: float) -> RunFence | None:
     """Renew the lease, lock the run row and read it (None: the lease is not ours)."""
-    row = (await conn.execute(_FENCE, {"id": run_id, "owner": owner, "ttl": ttl})).first()
+    row = (await conn.execute(_FENCE, {"id": run_id, "owner": owner, "ttl": ttl,
+                                       "pause_ttl": pause_ttl})).first()
     if row is None:
         return None
     return RunFence(row.id, row.org_id, row.status, row.recipe, row.input, row.overdue,
-                    row.deadline, row.max_steps, row.steps_used, row.changes)
+                    row.deadline, row.max_steps, row.steps_used, row.changes, row.paused_at,
+                    bool(row.pause_expired))
+
+
+async def expire_pause(conn: Connection, run_id: UUID, owner: str) -> bool:
+    """Cancel a run paused past its time (fenced by the reconciler's lease)."""
+    return (await conn.execute(_EXPIRE_PAUSE, {"id": run_id, "owner": owner})).first() is not None
 
 
 async def changes_locked(conn: Connection, run_id: UUID, owner: str) -> int | None:

@@ -41,7 +41,8 @@ class WorkflowsExtension(Extension):
         self.workflows = Workflows(kernel.db, queue, s)
         self.reconciler = Reconciler(kernel.db, queue, self.expressions,
                                      lease_ttl=s.workflow_lease_ttl,
-                                     value_bytes=s.workflow_value_bytes)
+                                     value_bytes=s.workflow_value_bytes,
+                                     pause_ttl=s.workflow_pause_ttl)
         self.steps = StepRunner(kernel.db, queue, self.expressions)
 
     async def _reconcile(self, ctx: Any, payload: dict[str, Any]) -> None:

@@ -22,7 +22,9 @@ STEP = "workflow.step"
 
 
 async def wake(queue: JobQueue, conn: Connection, scope: Scope, run_id: UUID, *,
-               at: datetime | None = None) -> None:
-    """Have the run reconciled (at `at`, or now), in the caller's transaction."""
-    await queue.enqueue(scope, RECONCILE, {"run_id": str(run_id)}, unique_key=f"run:{run_id}",
-                        run_at=at, within=conn)
+               at: datetime | None = None, timer: str = "run") -> None:
+    """Have the run reconciled (at `at`, or now), in the caller's transaction. `timer`
+    names a separate unique key for a wake-up that must not take the place of the run's
+    immediate one (`pause`: the pause's expiry); the run's lease keeps two apart."""
+    await queue.enqueue(scope, RECONCILE, {"run_id": str(run_id)},
+                        unique_key=f"{timer}:{run_id}", run_at=at, within=conn)

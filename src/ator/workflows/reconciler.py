@@ -53,12 +53,13 @@ _SHIFT = 30.0  # seconds one reconcile job keeps ticking before it hands over
 
 class Reconciler:
     def __init__(self, db: Database, queue: JobQueue, expressions: Expressions, *,
-                 lease_ttl: float, value_bytes: int) -> None:
+                 lease_ttl: float, value_bytes: int, pause_ttl: float) -> None:
         self.db = db
         self.queue = queue
         self.expressions = expressions
         self.ttl = lease_ttl
         self.value_bytes = value_bytes
+        self.pause_ttl = pause_ttl
 
     async def handle(self, ctx: JobContext, payload: dict[str, Any]) -> None:
         run_id = UUID(payload["run_id"])
@@ -105,9 +106,14 @@ class Reconciler:
 
     async def _tick(self, scope: Scope, run_id: UUID, owner: str) -> tuple[int, datetime | None]:
         async with self.db.begin() as conn:
-            run = await run_store.fence(conn, run_id, owner, self.ttl)
+            run = await run_store.fence(conn, run_id, owner, self.ttl, self.pause_ttl)
             if run is None:
                 raise LeaseLost(f"run {run_id}: the reconciler's lease was taken")
+            if run.status == "paused" and run.pause_expired:
+                if await run_store.expire_pause(conn, run_id, owner):
+                    await run_store.add_event(conn, run_id, "run_cancelled",
+                                              {"reason": "pause_expired"}, bump=False)
+                return run.changes, None
             if run.status != "running":
                 return run.changes, None
             if run.overdue:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -125,6 +125,9 @@ class Workflows:
             row = await run_store.pause(conn, scope, run_id, reason)
             if row is not None:
                 await self._changed(conn, scope, run_id, "run_paused", {"reason": reason})
+                # Pauses expire: the reconciler cancels a run still paused by then.
+                expiry = row["paused_at"] + timedelta(seconds=self.settings.workflow_pause_ttl)
+                await wake(self.queue, conn, scope, run_id, at=expiry, timer="pause")
         return row or await self._refused(scope, run_id, "paused", "running")
 
     async def resume(self, scope: Scope, run_id: UUID) -> Row:
