@@ -163,3 +163,38 @@ async def test_steps_of_a_big_map_are_listed_without_outputs(api: Any) -> None:
                             headers=auth(member))).json()
     assert one["output"] == "x" * 20_000
     assert len(json.dumps(one["output"])) == one["output_size"]
+
+
+async def test_the_workflow_cli_validates_publishes_runs_and_cancels(api: Any) -> None:
+    from ator.api.app import create_app
+    from ator.cli import workflow as cli
+    from ator.cli.remote import ApiClient, RemoteError
+
+    client, operator, runtime = api
+    admin, member = await org_keys(client, operator)
+    app = create_app(runtime.settings, runtime=runtime)
+    app.state.ator = runtime
+    as_admin = ApiClient("http://ator", admin, transport=httpx.ASGITransport(app=app))
+    as_member = ApiClient("http://ator", member, transport=httpx.ASGITransport(app=app))
+    try:
+        with pytest.raises(RemoteError) as caught:
+            await cli.validate(as_member, {"schema": "ator.workflow/v1", "steps": [{}]})
+        assert caught.value.code == "recipe_invalid" and "/steps/0" in caught.value.message
+        recipe = {"schema": "ator.workflow/v1",
+                  "steps": [{"id": "w", "type": "wait", "seconds": 3600}]}
+        assert (await cli.validate(as_member, recipe))["valid"] is True
+        first = await cli.publish(as_admin, "nightly", recipe)
+        second = await cli.publish(as_admin, "nightly", recipe)
+        assert (first["version"], second["version"]) == (1, 2)
+        assert first["workflow_id"] == second["workflow_id"]
+        run = await cli.start(as_member, first["workflow_id"], {}, "k-1")
+        again = await cli.start(as_member, first["workflow_id"], {}, "k-1")
+        assert again["id"] == run["id"] and again["version"] == 2
+        assert (await cli.status(as_member, run["id"]))["status"] == "running"
+        assert (await cli.cancel(as_member, run["id"], "no"))["cancel_reason"] == "no"
+        with pytest.raises(RemoteError) as caught:
+            await cli.cancel(as_member, run["id"], "again")
+        assert caught.value.code == "run_state_conflict"
+    finally:
+        await as_admin.aclose()
+        await as_member.aclose()
