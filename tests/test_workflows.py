@@ -16,6 +16,7 @@ import pytest
 from ator.engine.runtime import Ator
 from ator.errors import Conflict, NotFound, ValidationFailed
 from ator.jobs import JobQueue
+from ator.store import workflows as run_store
 from ator.store.scope import Scope
 from ator.workflows import Workflows
 
@@ -344,3 +345,25 @@ async def test_a_pause_expires_into_a_cancel_with_its_own_reason(make_ator: Any)
         done = await settled(ator, scope, run["id"], timeout=20)
         assert (done["status"], done["cancel_reason"], done["pause_reason"]) == (
             "cancelled", "pause_expired", "lunch")
+
+
+async def test_a_reconciler_waits_for_another_holder_of_the_runs_lease(make_ator: Any) -> None:
+    async with make_ator(job_poll_interval=0.05) as ator:
+        scope = await org(ator)
+        flows = ator.service(Workflows)
+        wf = await published(ator, scope, recipe({"id": "a", "type": "transform",
+                                                  "expr": "1"}))
+        run, _ = await flows.start(scope, wf, {})  # its reconcile job waits: no worker yet
+        # Another reconciler (a rescued duplicate, say) holds the run for a second.
+        assert await run_store.take_lease(ator.db, scope, run["id"], "intruder", 1.0) is None
+        held_until = await ator.db.pool.fetchval(
+            "SELECT lease_until FROM workflow_runs WHERE id = $1", run["id"])
+        await ator.start_jobs()
+        assert (await settled(ator, scope, run["id"]))["status"] == "succeeded"
+        first_step = await ator.db.pool.fetchval(
+            "SELECT min(created_at) FROM workflow_steps WHERE run_id = $1", run["id"])
+        assert first_step >= held_until  # nothing was written beside the other holder
+        attempts = await ator.db.pool.fetchval(
+            "SELECT max(attempt) FROM jobs WHERE kind = 'workflow.reconcile'"
+            " AND payload->>'run_id' = $1", str(run["id"]))
+        assert attempts >= 2  # the first attempt found the lease held and retried
