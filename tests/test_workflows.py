@@ -367,3 +367,29 @@ async def test_a_reconciler_waits_for_another_holder_of_the_runs_lease(make_ator
             "SELECT max(attempt) FROM jobs WHERE kind = 'workflow.reconcile'"
             " AND payload->>'run_id' = $1", str(run["id"]))
         assert attempts >= 2  # the first attempt found the lease held and retried
+
+
+async def test_a_step_that_keeps_failing_pauses_the_run_when_its_attempts_run_out(
+    runtime: Ator, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ator.workflows.steps import StepRunner
+
+    calls: list[int] = []
+    real = StepRunner._compute
+
+    async def flaky(self: StepRunner, step: Any) -> Any:
+        calls.append(step.attempt)
+        if step.path == "boom":
+            raise OSError("the disk is on fire")
+        return await real(self, step)
+
+    monkeypatch.setattr(StepRunner, "_compute", flaky)
+    scope = await org(runtime)
+    flows = runtime.service(Workflows)
+    wf = await published(runtime, scope, recipe({"id": "boom", "type": "transform",
+                                                 "expr": "1"}))
+    run, _ = await flows.start(scope, wf, {})
+    paused = await settled(runtime, scope, run["id"], until={"paused"}, timeout=60)
+    assert paused["pause_reason"] == "step_failed:boom"
+    assert "the disk is on fire" in paused["error"] and "after 5 attempts" in paused["error"]
+    assert calls == [1, 2, 3, 4, 5]

@@ -6,7 +6,9 @@ per (step, attempt)), computes, and stores the output in the transaction that co
 its job (`ctx.complete(conn)`): output, event and job completion commit together or not at
 all. A worker that dies before that commit leaves the job to be rescued; the next attempt's
 claim bumps the step's attempt, so a late write of the first is fenced out, and a step with
-a stored output is never claimed again. A step whose run is paused is handed back
+a stored output is never claimed again. A failure other than the expression's own is
+retried by the kernel with backoff; on the last attempt the step fails instead, so the run
+pauses naming it. A step whose run is paused is handed back
 (`pending`: the reconciler queues it again on resume); one whose run ended is `cancelled`.
 
 Step context: a map's item sees `{input, item, index}`; any other step sees `{input,
@@ -15,10 +17,11 @@ steps}` (the outputs of the run's finished top-level steps, by id).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from uuid import UUID
 
-from ator.jobs import JobContext, JobQueue
+from ator.jobs import JobContext, JobQueue, LeaseLost
 from ator.store import workflow_steps as step_store
 from ator.store import workflows as run_store
 from ator.store.database import Connection, Database
@@ -44,14 +47,18 @@ class StepRunner:
             return
         try:
             output = encode(await self._compute(step)).decode()
-        except ExpressionError as exc:
-            async with self.db.begin() as conn:
-                if await step_store.fail_attempt(conn, step, exc.message):
-                    await run_store.add_event(conn, step.run_id, "step_failed", {
-                        "step": step.path, "attempt": step.attempt, "error": exc.message},
-                        bump=True)
-                    await wake(self.queue, conn, ctx.scope, step.run_id)
-                await ctx.complete(conn)
+        except ExpressionError as exc:  # deterministic: another attempt would fail alike
+            await self._failed(ctx, step, exc.message)
+            return
+        except (asyncio.CancelledError, LeaseLost):
+            raise
+        except Exception as exc:
+            if ctx.attempt < ctx.max_attempts:
+                raise  # the kernel retries the attempt with backoff
+            # The last attempt: the step fails (the run pauses naming it) rather than
+            # leaving it running under a dead job.
+            await self._failed(ctx, step, f"{type(exc).__name__}: {exc} (after "
+                                          f"{ctx.attempt} attempts)")
             return
         size = len(output.encode())
         async with self.db.begin() as conn:
@@ -60,6 +67,14 @@ class StepRunner:
             if await step_store.complete(conn, step, output, size, run_store.preview(output)):
                 await run_store.add_event(conn, step.run_id, "step_done", {
                     "step": step.path, "attempt": step.attempt, "size": size}, bump=True)
+                await wake(self.queue, conn, ctx.scope, step.run_id)
+            await ctx.complete(conn)
+
+    async def _failed(self, ctx: JobContext, step: ClaimedStep, error: str) -> None:
+        async with self.db.begin() as conn:
+            if await step_store.fail_attempt(conn, step, error):
+                await run_store.add_event(conn, step.run_id, "step_failed", {
+                    "step": step.path, "attempt": step.attempt, "error": error}, bump=True)
                 await wake(self.queue, conn, ctx.scope, step.run_id)
             await ctx.complete(conn)
 
