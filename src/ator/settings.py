@@ -245,6 +245,22 @@ class Settings(BaseSettings):
     # Handshake-era sessions (Mcp-Session-Id) idle longer than this are closed.
     gateway_session_idle: float = Field(default=1800.0, gt=0)
 
+    # Workflows (ator.workflows). Every run has a step and a wall-clock budget: a recipe's
+    # own (`budget.max_steps`, `budget.wall_clock_s`) or these defaults, never above these
+    # ceilings (a recipe asking for more is refused at publish). workflow_expr_timeout_ms
+    # and workflow_expr_depth bound each JSONata evaluation; workflow_value_bytes caps one
+    # step's output (and a map's list); workflow_lease_ttl is the reconciler's lease on a run.
+    workflow_max_steps: int = Field(default=1_000, ge=1)
+    workflow_max_steps_ceiling: int = Field(default=10_000, ge=1)
+    workflow_wall_clock: float = Field(default=3_600.0, gt=0)
+    workflow_wall_clock_ceiling: float = Field(default=86_400.0, gt=0)
+    workflow_expr_timeout_ms: int = Field(default=1_000, ge=1)
+    workflow_expr_depth: int = Field(default=200, ge=1)
+    workflow_value_bytes: int = Field(default=4_000_000, ge=1_000)
+    workflow_lease_ttl: float = Field(default=30.0, gt=0)
+    # A run paused longer than this is cancelled (`cancel_reason: pause_expired`).
+    workflow_pause_ttl: float = Field(default=7 * 86_400.0, gt=0)
+
     @field_validator("prices", "cap_ceilings", "model_windows", mode="before")
     @classmethod
     def _json_text(cls, value: Any) -> Any:

@@ -1,8 +1,8 @@
 """The `ator` command (layer: cli; the sync edge: asyncio.run lives here and only here).
 
-Commands: serve, worker, migrate, demo, chat, doctor, inspect, tree, and the admin group. Settings
-come from ATOR_* environment variables (see ator.settings). Each command lives in its own
-module of this package; this one wires them into one typer app.
+Commands: serve, worker, migrate, demo, chat, doctor, inspect, tree, the admin group and
+the workflow group. Settings come from ATOR_* environment variables (see ator.settings).
+Each command lives in its own module of this package; this one wires them into one typer app.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ator.cli.doctor import doctor
 from ator.cli.inspect import inspect
 from ator.cli.tree import tree
 from ator.cli.worker import worker
+from ator.cli.workflow import workflow_app
 from ator.obs.logging import configure_logging
 from ator.settings import Settings
 
@@ -33,6 +34,7 @@ app.command()(inspect)
 app.command()(tree)
 app.command()(worker)
 app.add_typer(admin_app, name="admin")
+app.add_typer(workflow_app, name="workflow")
 
 
 @app.command()

@@ -49,6 +49,7 @@ from ator.tools.base import Tool
 from ator.tools.builtin import builtin_tools
 from ator.tools.toolset import OrgToolset, StaticToolset, Toolset
 from ator.webhooks.extension import WebhooksExtension
+from ator.workflows.extension import WorkflowsExtension
 
 __all__ = ["DEFAULT_EXTENSIONS", "Engine", "ExtensionFactory", "Services", "assemble"]
 
@@ -57,7 +58,7 @@ ExtensionFactory = Callable[[Kernel], Extension]
 
 #: What `Ator.open` builds the engine from unless told otherwise.
 DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (McpExtension, SubagentsExtension,
-                                                    WebhooksExtension)
+                                                   WebhooksExtension, WorkflowsExtension)
 
 
 class Services:

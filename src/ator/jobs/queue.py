@@ -51,11 +51,13 @@ class JobQueue:
         return await job_store.enqueue(within or self.db, scope, job)
 
     async def enqueue_many(
-        self, scope: Scope, kind: str, payloads: Sequence[dict[str, Any]]
+        self, scope: Scope, kind: str, payloads: Sequence[dict[str, Any]], *,
+        within: Connection | None = None,
     ) -> int:
-        """Queue many jobs of one kind in one statement (no unique keys); returns how many."""
+        """Queue many jobs of one kind in one statement (no unique keys); returns how many.
+        `within=conn` writes them in the caller's transaction, as for `enqueue`."""
         spec = self.kinds.get(kind)
-        return await job_store.enqueue_many(self.db, scope, kind, payloads,
+        return await job_store.enqueue_many(within or self.db, scope, kind, payloads,
                                             max_attempts=spec.max_attempts,
                                             priority=spec.priority,
                                             request_id=request_id_var.get())

@@ -262,14 +262,19 @@ async def enqueue(target: Database | Connection, scope: Scope, job: NewJob) -> i
 
 
 async def enqueue_many(
-    db: Database, scope: Scope, kind: str, payloads: Sequence[dict[str, Any]], *,
-    max_attempts: int, priority: int = 0, request_id: str | None = None,
+    target: Database | Connection, scope: Scope, kind: str, payloads: Sequence[dict[str, Any]],
+    *, max_attempts: int, priority: int = 0, request_id: str | None = None,
 ) -> int:
-    """Insert many jobs of one kind in one statement; returns how many."""
-    rows = await db.fetch(_ENQUEUE_MANY, {
+    """Insert many jobs of one kind in one statement (on the pool, or on a caller's
+    transaction); returns how many."""
+    params = {
         "org_id": scope.org_id, "kind": kind, "payloads": [_dumps(p) for p in payloads],
         "priority": priority, "max_attempts": max_attempts, "request_id": request_id,
-    }, write=True)
+    }
+    if isinstance(target, Database):
+        rows: Sequence[Any] = await target.fetch(_ENQUEUE_MANY, params, write=True)
+    else:
+        rows = (await target.execute(_ENQUEUE_MANY, params)).all()
     return int(rows[0]["n"])
 
 

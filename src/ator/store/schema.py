@@ -37,6 +37,12 @@ __all__ = [
     "tool_results",
     "turns",
     "users",
+    "workflow_attempts",
+    "workflow_events",
+    "workflow_runs",
+    "workflow_steps",
+    "workflow_versions",
+    "workflows",
 ]
 
 metadata = sa.MetaData()
@@ -576,4 +582,124 @@ webhook_received = sa.Table(
     sa.UniqueConstraint("endpoint_id", "webhook_id", name="uq_webhook_received_endpoint_id"),
     sa.CheckConstraint("status in ('received','delivered','failed')",
                        name="ck_webhook_received_status"),
+)
+
+# Workflows (ator.workflows; store/workflows.py, migration 0012). A run pins its recipe; its
+# steps are unique per (run, path); attempts are unique per (step, attempt); its events
+# carry a per-run seq taken from `workflow_runs.event_seq`.
+workflows = sa.Table(
+    "workflows",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("latest_version", sa.Integer, nullable=False, server_default="0"),
+    _created(),
+    sa.UniqueConstraint("org_id", "name", name="uq_workflows_org_name"),
+)
+
+workflow_versions = sa.Table(
+    "workflow_versions",
+    metadata,
+    sa.Column("workflow_id", UUID(as_uuid=True),
+              sa.ForeignKey("workflows.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    _org(),
+    sa.Column("recipe", JSONB, nullable=False),
+    sa.Column("sha256", sa.Text, nullable=False),
+    sa.Column("published_by", UUID(as_uuid=True), nullable=True),
+    sa.Column("published_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.PrimaryKeyConstraint("workflow_id", "version"),
+)
+
+workflow_runs = sa.Table(
+    "workflow_runs",
+    metadata,
+    _id(),
+    _org(),
+    sa.Column("workflow_id", UUID(as_uuid=True),
+              sa.ForeignKey("workflows.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("recipe", JSONB, nullable=False),
+    sa.Column("input", JSONB, nullable=False),
+    sa.Column("idempotency_key", sa.Text, nullable=True),
+    sa.Column("status", sa.Text, nullable=False, server_default="running"),
+    sa.Column("output", JSONB, nullable=True),
+    sa.Column("fail_reason", sa.Text, nullable=True),
+    sa.Column("pause_reason", sa.Text, nullable=True),
+    sa.Column("cancel_reason", sa.Text, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("max_steps", sa.Integer, nullable=False),
+    sa.Column("steps_used", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("wall_clock_s", sa.Float, nullable=False),
+    sa.Column("deadline", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("paused_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("changes", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("event_seq", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("lease_owner", sa.Text, nullable=True),
+    sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("created_by", UUID(as_uuid=True), nullable=True),
+    _created(),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    sa.CheckConstraint("status in ('running','paused','succeeded','failed','cancelled')",
+                       name="ck_workflow_runs_status"),
+    sa.Index("uq_workflow_runs_key", "org_id", "idempotency_key", unique=True,
+             postgresql_where=sa.text("idempotency_key IS NOT NULL")),
+    sa.Index("ix_workflow_runs_org_created", "org_id", "created_at", "id"),
+)
+
+workflow_steps = sa.Table(
+    "workflow_steps",
+    metadata,
+    _id(),
+    sa.Column("run_id", UUID(as_uuid=True),
+              sa.ForeignKey("workflow_runs.id", ondelete="CASCADE"), nullable=False),
+    _org(),
+    sa.Column("parent_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("spec", JSONB, nullable=False),
+    sa.Column("input", JSONB, nullable=True),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("output", JSONB, nullable=True),
+    sa.Column("output_size", sa.Integer, nullable=True),
+    sa.Column("preview", sa.Text, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("wake_at", sa.DateTime(timezone=True), nullable=True),
+    _created(),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    sa.UniqueConstraint("run_id", "path", name="uq_workflow_steps_path"),
+    sa.CheckConstraint(
+        "status in ('pending','queued','running','waiting','done','failed','skipped',"
+        "'cancelled')", name="ck_workflow_steps_status"),
+    sa.Index("ix_workflow_steps_parent", "parent_id", "status", "position"),
+)
+
+workflow_attempts = sa.Table(
+    "workflow_attempts",
+    metadata,
+    sa.Column("step_id", UUID(as_uuid=True),
+              sa.ForeignKey("workflow_steps.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("org_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("job_id", sa.BigInteger, nullable=False),
+    sa.Column("outcome", sa.Text, nullable=True),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    sa.PrimaryKeyConstraint("step_id", "attempt"),
+)
+
+workflow_events = sa.Table(
+    "workflow_events",
+    metadata,
+    sa.Column("run_id", UUID(as_uuid=True),
+              sa.ForeignKey("workflow_runs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("org_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("data", JSONB, nullable=False),
+    _created(),
+    sa.PrimaryKeyConstraint("run_id", "seq"),
 )

@@ -1,0 +1,324 @@
+"""Workflow step statements (layer: store; imports sqlalchemy, ator.store.*).
+
+A step row is `pending` (made by the reconciler) → `queued` (its job written in the same
+transaction) → `running` (claimed by an attempt) → `done` | `failed`; `waiting` for a wait,
+`skipped` for an unchosen switch branch, `cancelled` when its run ended first. Expanders
+(`map`, `switch`) are `running` while their children run and take their output from them.
+
+Exactly-once: an attempt claims a step only while the step has no output and the run is
+running, and writes its output only `WHERE output IS NULL AND attempt = :attempt` (a later
+attempt's claim bumps `attempt`, fencing an earlier one out); an attempt row is unique per
+(step, attempt). Listing steps never reads an output: each row carries a preview of at most
+2 KB and the output's size, written with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+import sqlalchemy as sa
+
+from ator.store.database import Connection, Database, Row
+from ator.store.scope import Scope
+from ator.store.workflows import dumps
+
+__all__ = ["ClaimedStep", "NewStep"]
+
+# A map's list is previewed in SQL by characters: 512 characters are at most 2 KB of UTF-8.
+_SQL_PREVIEW_CHARS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class NewStep:
+    run_id: UUID
+    org_id: UUID
+    path: str
+    position: int
+    type: str
+    spec: dict[str, Any]
+    status: str
+    parent_id: UUID | None = None
+    input: Any = None
+    wake_at: datetime | None = None
+    output: Any = None  # for a step done at creation (a switch with no branch chosen)
+
+
+_INSERT = sa.text("""
+INSERT INTO workflow_steps (id, run_id, org_id, parent_id, path, position, type, spec, input,
+                            status, wake_at, output, output_size, preview, finished_at)
+VALUES (:id, :run_id, :org_id, :parent_id, :path, :position, :type, CAST(:spec AS jsonb),
+        CAST(:input AS jsonb), :status, :wake_at, CAST(:output AS jsonb),
+        octet_length(CAST(:output AS text)), left(CAST(:output AS text), 512),
+        CASE WHEN :status IN ('done','skipped') THEN now() END)
+RETURNING id
+""")
+
+_INSERT_ITEMS = sa.text("""
+INSERT INTO workflow_steps (id, run_id, org_id, parent_id, path, position, type, spec, input,
+                            status)
+SELECT gen_random_uuid(), :run_id, :org_id, :parent_id, :path || '/' || (t.ord - 1),
+       t.ord - 1, :type, CAST(:spec AS jsonb),
+       jsonb_build_object('item', t.item, 'index', t.ord - 1), 'pending'
+  FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+""")
+
+_TOP = sa.text("""
+SELECT id, path, position, type, status, error, wake_at, wake_at <= now() AS due
+  FROM workflow_steps WHERE run_id = :run_id AND parent_id IS NULL ORDER BY position
+""")
+
+_TOP_OUTPUTS = sa.text("""
+SELECT path, output FROM workflow_steps
+ WHERE run_id = :run_id AND parent_id IS NULL AND status = 'done'
+""")
+
+_CHARGE = sa.text("""
+UPDATE workflow_runs SET steps_used = steps_used + :n
+ WHERE id = :run_id AND steps_used + :n <= max_steps RETURNING steps_used
+""")
+
+_COUNTS = sa.text("""
+SELECT status, count(*) AS n FROM workflow_steps WHERE parent_id = :parent_id GROUP BY status
+""")
+
+_QUEUE_CHILDREN = sa.text("""
+UPDATE workflow_steps SET status = 'queued'
+ WHERE id IN (SELECT id FROM workflow_steps WHERE parent_id = :parent_id AND status = 'pending'
+               ORDER BY position LIMIT :n FOR UPDATE)
+RETURNING id
+""")
+
+_SET_STATUS = sa.text("""
+UPDATE workflow_steps SET status = :status,
+       finished_at = CASE WHEN :status IN ('done','failed','skipped','cancelled') THEN now() END
+ WHERE id = :id AND status = ANY(CAST(:was AS text[])) RETURNING id
+""")
+
+_FAIL = sa.text("""
+UPDATE workflow_steps SET status = 'failed', error = :error, finished_at = now()
+ WHERE id = :id AND status NOT IN ('done','skipped') RETURNING id
+""")
+
+_FINISH_MAP = sa.text(f"""
+WITH agg AS (
+  SELECT COALESCE(jsonb_agg(output ORDER BY position), '[]'::jsonb) AS v
+    FROM workflow_steps WHERE parent_id = :id),
+t AS (SELECT v, v::text AS s, octet_length(v::text) AS size FROM agg)
+UPDATE workflow_steps SET
+  status = CASE WHEN t.size <= :cap THEN 'done' ELSE 'failed' END,
+  output = CASE WHEN t.size <= :cap THEN t.v END,
+  output_size = t.size,
+  preview = CASE WHEN t.size <= :cap THEN left(t.s, {_SQL_PREVIEW_CHARS}) END,
+  error = CASE WHEN t.size > :cap
+               THEN 'the list is ' || t.size || ' bytes, above the cap of ' || :cap END,
+  finished_at = now()
+  FROM t WHERE workflow_steps.id = :id RETURNING workflow_steps.status
+""")
+
+_TAKE_CHILD = sa.text("""
+UPDATE workflow_steps p SET status = 'done', output = c.output, output_size = c.output_size,
+       preview = c.preview, finished_at = now()
+  FROM workflow_steps c
+ WHERE p.id = :id AND c.parent_id = p.id AND c.status = 'done' RETURNING p.id
+""")
+
+_FINISH_WAIT = sa.text("""
+UPDATE workflow_steps SET status = 'done', output = CAST(:output AS jsonb),
+       output_size = octet_length(CAST(:output AS text)),
+       preview = left(CAST(:output AS text), 512), finished_at = now()
+ WHERE id = :id AND status = 'waiting' AND wake_at <= now() RETURNING id
+""")
+
+
+async def insert(conn: Connection, step: NewStep) -> UUID:
+    out = None if step.output is None and step.status != "done" else dumps(step.output)
+    row = (await conn.execute(_INSERT, {
+        "id": uuid4(), "run_id": step.run_id, "org_id": step.org_id, "parent_id": step.parent_id,
+        "path": step.path, "position": step.position, "type": step.type,
+        "spec": dumps(step.spec), "input": None if step.input is None else dumps(step.input),
+        "status": step.status, "wake_at": step.wake_at, "output": out})).one()
+    return UUID(str(row["id"]))
+
+
+async def insert_items(conn: Connection, *, run_id: UUID, org_id: UUID, parent_id: UUID,
+                       path: str, spec: dict[str, Any], items: list[Any]) -> None:
+    """A map's children, one per item (`path/index`), pending, in one statement."""
+    await conn.execute(_INSERT_ITEMS, {"run_id": run_id, "org_id": org_id,
+                                       "parent_id": parent_id, "path": path,
+                                       "type": spec["type"], "spec": dumps(spec),
+                                       "items": dumps(items)})
+
+
+async def top(conn: Connection, run_id: UUID) -> list[Row]:
+    return (await conn.execute(_TOP, {"run_id": run_id})).all()
+
+
+async def top_outputs(target: Database | Connection, run_id: UUID) -> dict[str, Any]:
+    """The outputs of the run's finished top-level steps, by step id."""
+    if isinstance(target, Database):
+        rows = await target.read(_TOP_OUTPUTS, {"run_id": run_id})
+    else:
+        rows = (await target.execute(_TOP_OUTPUTS, {"run_id": run_id})).all()
+    return {r["path"]: r["output"] for r in rows}
+
+
+async def charge(conn: Connection, run_id: UUID, n: int) -> bool:
+    """Count `n` more steps against the run's max_steps; False (nothing counted) when they
+    would exceed it."""
+    return (await conn.execute(_CHARGE, {"run_id": run_id, "n": n})).first() is not None
+
+
+async def counts(conn: Connection, parent_id: UUID) -> dict[str, int]:
+    rows = (await conn.execute(_COUNTS, {"parent_id": parent_id})).all()
+    return {r["status"]: int(r["n"]) for r in rows}
+
+
+async def queue_children(conn: Connection, parent_id: UUID, n: int) -> list[UUID]:
+    rows = (await conn.execute(_QUEUE_CHILDREN, {"parent_id": parent_id, "n": n})).all()
+    return [UUID(str(r["id"])) for r in rows]
+
+
+async def set_status(conn: Connection, step_id: UUID, status: str, was: list[str]) -> bool:
+    return (await conn.execute(_SET_STATUS, {"id": step_id, "status": status,
+                                             "was": was})).first() is not None
+
+
+async def fail(conn: Connection, step_id: UUID, error: str) -> None:
+    await conn.execute(_FAIL, {"id": step_id, "error": error[:4000]})
+
+
+async def finish_map(conn: Connection, step_id: UUID, cap: int) -> str:
+    """Gather a map's outputs into its own (in order); 'failed' when the list is over `cap`."""
+    return str((await conn.execute(_FINISH_MAP, {"id": step_id, "cap": cap})).one()["status"])
+
+
+async def take_child_output(conn: Connection, step_id: UUID) -> bool:
+    """A switch takes its chosen branch's output once that branch is done."""
+    return (await conn.execute(_TAKE_CHILD, {"id": step_id})).first() is not None
+
+
+async def finish_wait(conn: Connection, step_id: UUID, output: Any) -> bool:
+    return (await conn.execute(_FINISH_WAIT, {"id": step_id,
+                                              "output": dumps(output)})).first() is not None
+
+
+# An attempt ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedStep:
+    id: UUID
+    run_id: UUID
+    path: str
+    attempt: int
+    spec: dict[str, Any]
+    input: Any
+    run_input: Any
+
+
+_CLAIM = sa.text("""
+WITH s AS (
+  UPDATE workflow_steps s SET status = 'running', attempt = s.attempt + 1
+    FROM workflow_runs r
+   WHERE s.id = :id AND s.org_id = :org_id AND r.id = s.run_id AND r.status = 'running'
+     AND s.output IS NULL AND s.status IN ('queued','running')
+  RETURNING s.id, s.run_id, s.path, s.attempt, s.spec, s.input, r.input AS run_input),
+a AS (
+  INSERT INTO workflow_attempts (step_id, attempt, org_id, job_id)
+  SELECT id, attempt, :org_id, :job_id FROM s)
+SELECT * FROM s
+""")
+
+_STATE = sa.text("""
+SELECT s.run_id, s.status, s.output IS NOT NULL AS has_output, r.status AS run_status
+  FROM workflow_steps s JOIN workflow_runs r ON r.id = s.run_id
+ WHERE s.id = :id AND s.org_id = :org_id
+""")
+
+_COMPLETE = sa.text("""
+UPDATE workflow_steps SET status = 'done', output = CAST(:output AS jsonb),
+       output_size = :size, preview = :preview, error = NULL, finished_at = now()
+ WHERE id = :id AND attempt = :attempt AND output IS NULL AND status = 'running'
+RETURNING run_id
+""")
+
+_FAIL_ATTEMPT = sa.text("""
+UPDATE workflow_steps SET status = 'failed', error = :error, finished_at = now()
+ WHERE id = :id AND attempt = :attempt AND output IS NULL AND status = 'running'
+RETURNING run_id
+""")
+
+_OUTCOME = sa.text("""
+UPDATE workflow_attempts SET outcome = :outcome, finished_at = now()
+ WHERE step_id = :id AND attempt = :attempt
+""")
+
+
+async def claim(db: Database, scope: Scope, step_id: UUID, job_id: int) -> ClaimedStep | None:
+    """Start an attempt (None: the step has an output, or its run is not running)."""
+    rows = await db.write(_CLAIM, {"id": step_id, "org_id": scope.org_id, "job_id": job_id})
+    if not rows:
+        return None
+    r = rows[0]
+    return ClaimedStep(r.id, r.run_id, r.path, r.attempt, r.spec, r.input, r.run_input)
+
+
+async def state(conn: Connection, scope: Scope, step_id: UUID) -> Row | None:
+    return (await conn.execute(_STATE, {"id": step_id, "org_id": scope.org_id})).first()
+
+
+async def complete(conn: Connection, step: ClaimedStep, output: str, size: int,
+                   preview: str) -> bool:
+    """Store the attempt's output (False: another attempt fenced it out)."""
+    row = (await conn.execute(_COMPLETE, {"id": step.id, "attempt": step.attempt,
+                                          "output": output, "size": size,
+                                          "preview": preview})).first()
+    if row is not None:
+        await conn.execute(_OUTCOME, {"id": step.id, "attempt": step.attempt, "outcome": "done"})
+    return row is not None
+
+
+async def fail_attempt(conn: Connection, step: ClaimedStep, error: str) -> bool:
+    row = (await conn.execute(_FAIL_ATTEMPT, {"id": step.id, "attempt": step.attempt,
+                                              "error": error[:4000]})).first()
+    if row is not None:
+        await conn.execute(_OUTCOME, {"id": step.id, "attempt": step.attempt,
+                                      "outcome": "failed"})
+    return row is not None
+
+
+# Reading (the API) ----------------------------------------------------------------------
+
+_LIST = sa.text("""
+SELECT id, parent_id, path, position, type, status, attempt, output_size, preview, error,
+       wake_at, created_at, finished_at
+  FROM workflow_steps
+ WHERE run_id = :run_id AND org_id = :org_id
+   AND (CAST(:after_at AS timestamptz) IS NULL
+        OR (created_at, position, id) > (CAST(:after_at AS timestamptz), CAST(:after_pos AS int),
+                                         CAST(:after_id AS uuid)))
+ ORDER BY created_at, position, id LIMIT :limit
+""")
+
+_GET = sa.text("""
+SELECT id, parent_id, path, position, type, status, attempt, output_size, preview, error,
+       wake_at, created_at, finished_at, spec, input, output
+  FROM workflow_steps WHERE id = :id AND run_id = :run_id AND org_id = :org_id
+""")
+
+
+async def list_steps(db: Database, scope: Scope, run_id: UUID, *,
+                     after: tuple[datetime, int, UUID] | None, limit: int) -> list[Row]:
+    """A page of the run's steps, without outputs (a preview and the size instead)."""
+    return await db.read(_LIST, {
+        "run_id": run_id, "org_id": scope.org_id, "limit": limit,
+        "after_at": after[0] if after else None, "after_pos": after[1] if after else None,
+        "after_id": after[2] if after else None})
+
+
+async def get_step(db: Database, scope: Scope, run_id: UUID, step_id: UUID) -> Row | None:
+    rows = await db.read(_GET, {"id": step_id, "run_id": run_id, "org_id": scope.org_id})
+    return rows[0] if rows else None

@@ -1,0 +1,61 @@
+"""Workflows as an extension of the kernel (layer: workflows; imports agent.extension,
+ator.jobs, ator.workflows.*).
+
+Contributes the `Workflows` service and two job kinds: `workflow.reconcile` (the run's
+one reconciler) and `workflow.step` (one step attempt). Its tables come with the core
+migrations (0012). The HTTP routes are `ator.api.workflows` (the API layer mounts them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ator.agent.extension import Extension, Kernel
+from ator.jobs import JobKind, JobKinds, JobQueue
+from ator.workflows.expressions import Expressions
+from ator.workflows.kinds import RECONCILE, STEP
+from ator.workflows.reconciler import Reconciler
+from ator.workflows.service import Workflows
+from ator.workflows.steps import StepRunner
+
+__all__ = ["WorkflowsExtension"]
+
+
+class WorkflowsExtension(Extension):
+    name = "workflows"
+
+    def __init__(self, kernel: Kernel) -> None:
+        s = kernel.settings
+        self.expressions = Expressions(timeout_ms=s.workflow_expr_timeout_ms,
+                                       depth=s.workflow_expr_depth,
+                                       value_bytes=s.workflow_value_bytes)
+        self._kinds = JobKinds([
+            # A reconcile attempt that finds the run's lease held retries soon (not a fault).
+            JobKind(RECONCILE, self._reconcile, max_attempts=100, backoff_base=0.2,
+                    backoff_cap=5.0, priority=1),
+            JobKind(STEP, self._step, max_attempts=5, backoff_base=0.5, timeout=120.0),
+        ])
+        # The queue this extension enqueues on knows its own kinds (their attempts policy).
+        queue = JobQueue(kernel.db, self._kinds)
+        self.workflows = Workflows(kernel.db, queue, s)
+        self.reconciler = Reconciler(kernel.db, queue, self.expressions,
+                                     lease_ttl=s.workflow_lease_ttl,
+                                     value_bytes=s.workflow_value_bytes,
+                                     pause_ttl=s.workflow_pause_ttl)
+        self.steps = StepRunner(kernel.db, queue, self.expressions)
+
+    async def _reconcile(self, ctx: Any, payload: dict[str, Any]) -> None:
+        await self.reconciler.handle(ctx, payload)
+
+    async def _step(self, ctx: Any, payload: dict[str, Any]) -> None:
+        await self.steps.handle(ctx, payload)
+
+    def job_kinds(self) -> Sequence[Any]:
+        return list(self._kinds)
+
+    def services(self) -> Mapping[type, object]:
+        return {Workflows: self.workflows}
+
+    async def aclose(self) -> None:
+        self.expressions.close()

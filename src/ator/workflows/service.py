@@ -1,0 +1,177 @@
+"""The workflows service: recipes, versions, runs and their lifecycle (layer: workflows;
+imports ator.errors, ator.jobs, ator.settings, ator.store, ator.workflows.*).
+
+What the API and the CLI call (`Ator.service(Workflows)`). Every call takes the caller's
+org scope; another org's workflow or run is NotFound. A start validates the input against
+the pinned recipe's input schema before anything is written, and is idempotent per
+(org, key): the same key returns the same run (`created` False), also under a race.
+Pause, resume and cancel are conditional transitions: on a run not in a state that allows
+them they raise Conflict, and a terminal run stays terminal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from ator.errors import Conflict, NotFound
+from ator.jobs import JobQueue
+from ator.settings import Settings
+from ator.store import workflow_steps as step_store
+from ator.store import workflows as run_store
+from ator.store.database import Connection, Database, Row
+from ator.store.scope import Scope
+from ator.store.workflows import NewRun
+from ator.workflows.kinds import wake
+from ator.workflows.recipe import Limits, validate, validate_input
+
+__all__ = ["Workflows"]
+
+
+class Workflows:
+    def __init__(self, db: Database, queue: JobQueue, settings: Settings) -> None:
+        self.db = db
+        self.queue = queue
+        self.settings = settings
+        self.limits = Limits(settings.workflow_max_steps_ceiling,
+                             settings.workflow_wall_clock_ceiling)
+
+    # Recipes -------------------------------------------------------------------------------
+
+    def validate(self, recipe: Any) -> dict[str, Any]:
+        """Check a recipe (ValidationFailed `recipe_invalid` with each error's pointer)."""
+        return validate(recipe, self.limits)
+
+    async def create(self, scope: Scope, name: str) -> Row:
+        return await run_store.create_workflow(self.db, scope, name)
+
+    async def get(self, scope: Scope, workflow_id: UUID) -> Row:
+        found = await run_store.get_workflow(self.db, scope, workflow_id)
+        if found is None:
+            raise NotFound("no such workflow", code="workflow_not_found")
+        return found
+
+    async def workflows(self, scope: Scope, limit: int = 100) -> list[Row]:
+        return await run_store.list_workflows(self.db, scope, limit)
+
+    async def publish(self, scope: Scope, workflow_id: UUID, recipe: Any) -> Row:
+        """Publish the next immutable version. Raises ValidationFailed / NotFound."""
+        checked = self.validate(recipe)
+        digest = hashlib.sha256(json.dumps(checked, sort_keys=True,
+                                           separators=(",", ":")).encode()).hexdigest()
+        made = await run_store.publish(self.db, scope, workflow_id, checked, digest)
+        if made is None:
+            raise NotFound("no such workflow", code="workflow_not_found")
+        return made
+
+    async def version(self, scope: Scope, workflow_id: UUID, version: int | None) -> Row:
+        """A version (the latest when None). Raises NotFound."""
+        await self.get(scope, workflow_id)
+        found = await run_store.get_version(self.db, scope, workflow_id, version)
+        if found is None:
+            raise NotFound("no such version" if version else "the workflow has no published "
+                           "version", code="version_not_found")
+        return found
+
+    async def versions(self, scope: Scope, workflow_id: UUID, limit: int = 100) -> list[Row]:
+        await self.get(scope, workflow_id)
+        return await run_store.list_versions(self.db, scope, workflow_id, limit)
+
+    # Runs ---------------------------------------------------------------------------------
+
+    async def start(self, scope: Scope, workflow_id: UUID, input: Any, *,
+                    key: str | None = None, version: int | None = None) -> tuple[Row, bool]:
+        """Start a run of a published version (the latest by default): (run, created).
+        Raises NotFound, ValidationFailed (`input_invalid`), or Conflict when the key
+        belongs to a run of another workflow."""
+        pinned = await self.version(scope, workflow_id, version)
+        recipe: dict[str, Any] = pinned["recipe"]
+        validate_input(recipe, input)
+        budget = recipe.get("budget", {})
+        s = self.settings
+        new = NewRun(workflow_id=workflow_id, version=pinned["version"], recipe=recipe,
+                     input=input, idempotency_key=key,
+                     max_steps=min(budget.get("max_steps", s.workflow_max_steps),
+                                   s.workflow_max_steps_ceiling),
+                     wall_clock_s=min(float(budget.get("wall_clock_s", s.workflow_wall_clock)),
+                                      s.workflow_wall_clock_ceiling))
+        async with self.db.begin() as conn:
+            run, created = await run_store.start_run(conn, scope, new)
+            if created:
+                await self._changed(conn, scope, run["id"], "run_started",
+                                    {"version": run["version"]})
+        if run["workflow_id"] != workflow_id:
+            raise Conflict("this idempotency key started a run of another workflow",
+                           code="idempotency_conflict")
+        return run, created
+
+    async def run(self, scope: Scope, run_id: UUID) -> Row:
+        found = await run_store.get_run(self.db, scope, run_id)
+        if found is None:
+            raise NotFound("no such run", code="run_not_found")
+        return found
+
+    async def runs(self, scope: Scope, *, workflow_id: UUID | None = None,
+                   before: tuple[datetime, UUID] | None = None, limit: int = 50) -> list[Row]:
+        return await run_store.list_runs(self.db, scope, workflow_id=workflow_id,
+                                         before=before, limit=limit)
+
+    async def pause(self, scope: Scope, run_id: UUID, reason: str = "user") -> Row:
+        """Pause gracefully: no new step starts; steps in flight finish."""
+        async with self.db.begin() as conn:
+            row = await run_store.pause(conn, scope, run_id, reason)
+            if row is not None:
+                await self._changed(conn, scope, run_id, "run_paused", {"reason": reason})
+                # Pauses expire: the reconciler cancels a run still paused by then.
+                expiry = row["paused_at"] + timedelta(seconds=self.settings.workflow_pause_ttl)
+                await wake(self.queue, conn, scope, run_id, at=expiry, timer="pause")
+        return row or await self._refused(scope, run_id, "paused", "running")
+
+    async def resume(self, scope: Scope, run_id: UUID) -> Row:
+        """Resume a paused run (its failed steps run again)."""
+        async with self.db.begin() as conn:
+            row = await run_store.resume(conn, scope, run_id)
+            if row is not None:
+                await self._changed(conn, scope, run_id, "run_resumed", {})
+        return row or await self._refused(scope, run_id, "resumed", "paused")
+
+    async def cancel(self, scope: Scope, run_id: UUID, reason: str = "user") -> Row:
+        """Cancel: terminal at once; steps in flight finish, queued ones never start."""
+        async with self.db.begin() as conn:
+            row = await run_store.cancel(conn, scope, run_id, reason)
+            if row is not None:
+                await self._changed(conn, scope, run_id, "run_cancelled", {"reason": reason})
+        return row or await self._refused(scope, run_id, "cancelled", "running or paused")
+
+    async def steps(self, scope: Scope, run_id: UUID, *,
+                    after: tuple[datetime, int, UUID] | None = None,
+                    limit: int = 100) -> list[Row]:
+        """A page of the run's steps without outputs (preview ≤ 2 KB and size instead)."""
+        await self.run(scope, run_id)
+        return await step_store.list_steps(self.db, scope, run_id, after=after, limit=limit)
+
+    async def step(self, scope: Scope, run_id: UUID, step_id: UUID) -> Row:
+        """One step with its whole output."""
+        found = await step_store.get_step(self.db, scope, run_id, step_id)
+        if found is None:
+            raise NotFound("no such step", code="step_not_found")
+        return found
+
+    async def events(self, scope: Scope, run_id: UUID, *, after: int = 0,
+                     limit: int = 100) -> list[Row]:
+        """The run's events with seq above `after`, in order."""
+        await self.run(scope, run_id)
+        return await run_store.events(self.db, scope, run_id, after=after, limit=limit)
+
+    async def _changed(self, conn: Connection, scope: Scope, run_id: UUID, kind: str,
+                       data: dict[str, Any]) -> None:
+        await run_store.add_event(conn, run_id, kind, data, bump=True)
+        await wake(self.queue, conn, scope, run_id)
+
+    async def _refused(self, scope: Scope, run_id: UUID, verb: str, needs: str) -> Row:
+        run = await self.run(scope, run_id)  # NotFound for another org's run
+        raise Conflict(f"the run is {run['status']}; only a {needs} run can be {verb}",
+                       code="run_state_conflict")
