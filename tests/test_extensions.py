@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import sqlalchemy as sa
@@ -23,6 +23,7 @@ from ator.errors import ValidationFailed
 from ator.providers.base import ModelRequest
 from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store import turns as turn_store
+from ator.store.parts import PartSql
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,12 @@ class TitleSeen:
     title: str
 
 
+_STAMP = PartSql("stamp", ctes=(
+    "_stamp AS (UPDATE orgs SET settings = settings || jsonb_build_object("
+    "'stamp', CAST(:stamp AS text)) WHERE id = :org RETURNING id)",),
+    selects=("(SELECT count(*) FROM _stamp) AS stamped",), params=frozenset({"stamp", "org"}))
+
+
 @dataclass(frozen=True, slots=True)
 class StampPart:
     """A step part: the turn's final write also stamps the org's settings (a real write in
@@ -44,20 +51,10 @@ class StampPart:
 
     org_id: uuid.UUID
     stamp: str
-    key: str = "stamp"
+    sql: ClassVar[PartSql] = _STAMP
 
-    def turn_set(self) -> str:
-        return ""
-
-    def ctes(self) -> list[str]:
-        return ["_stamp AS (UPDATE orgs SET settings = settings || jsonb_build_object("
-                "'stamp', CAST(:stamp AS text)) WHERE id = :stamp_org RETURNING id)"]
-
-    def params(self) -> dict[str, Any]:
-        return {"stamp": self.stamp, "stamp_org": self.org_id}
-
-    def selects(self) -> list[str]:
-        return ["(SELECT count(*) FROM _stamp) AS stamped"]
+    def values(self) -> dict[str, Any]:
+        return {"stamp": self.stamp, "org": self.org_id}
 
 
 class Stamps:

@@ -65,7 +65,7 @@ async def _ended(client: httpx.AsyncClient, key: str, thread_id: str) -> dict[st
     for _ in range(60):
         page = (await client.get(f"/v1/threads/{thread_id}/events", headers=auth(key),
                                  params={"after_seq": seq, "wait": 30})).json()
-        for event in page["data"]:
+        for event in (frame["data"] for frame in page["data"]):  # frames (engine.wire)
             if event["kind"] == "turn_ended":
                 return dict(event)
         seq = page["last_seq"]

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from ator.engine.wire import delta_frame
+from ator.engine.wire import delta
 from ator.errors import ValidationFailed
 from ator.providers.base import (
     MessageStop,
@@ -82,7 +82,7 @@ async def test_a_provider_registered_by_factory_runs_a_turn_through_the_api(make
         assert end["data"]["status"] == "done"
         events = (await client.get(f"/v1/threads/{thread['id']}/events",
                                    headers=auth(key))).json()["data"]
-        replies = [e for e in events if e["kind"] == "assistant"]
+        replies = [f["data"] for f in events if f["type"] == "assistant"]
         assert replies[-1]["data"]["content"] == [{"type": "text", "text": "Good day, Ada"}]
         # A name nobody registered is still refused, naming the ones that are.
         unknown = await client.post("/v1/setups", headers=auth(key), json={
@@ -96,7 +96,7 @@ async def _turn_end(client: httpx.AsyncClient, key: str, thread_id: str) -> dict
     for _ in range(60):
         got = (await client.get(f"/v1/threads/{thread_id}/events", headers=auth(key),
                                 params={"after_seq": seq, "wait": 5})).json()
-        for event in got["data"]:
+        for event in (frame["data"] for frame in got["data"]):  # frames (engine.wire)
             if event["kind"] == "turn_ended":
                 return dict(event)
         seq = got["last_seq"]
@@ -238,12 +238,12 @@ async def test_a_provider_sees_the_state_it_returned_last_turn_also_after_a_rest
 
 def test_the_live_stream_shows_a_provider_run_tool_and_never_its_session() -> None:
     turn = uuid.uuid4()
-    call = delta_frame(turn, NativeToolCall("srv_1", "lookup", {"q": "x"}))
-    result = delta_frame(turn, NativeToolResult("srv_1", "found"))
+    call = delta(turn, NativeToolCall("srv_1", "lookup", {"q": "x"}))
+    result = delta(turn, NativeToolResult("srv_1", "found"))
     assert (call["type"], call["name"], call["input"], call["ephemeral"]) == (
         "NativeToolCall", "lookup", {"q": "x"}, True)
     assert (result["type"], result["content"]) == ("NativeToolResult", "found")
-    stop = delta_frame(turn, MessageStop("end_turn", Usage(1, 1), "m", cost_usd=Decimal("0.5"),
+    stop = delta(turn, MessageStop("end_turn", Usage(1, 1), "m", cost_usd=Decimal("0.5"),
                                          session={"session_id": "secret-ish"}))
     assert "session" not in stop and "usage" not in stop and stop["cost_usd"] == Decimal("0.5")
 

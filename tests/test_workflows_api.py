@@ -63,11 +63,11 @@ async def finished(client: httpx.AsyncClient, key: str, run_id: str,
     while time.monotonic() < deadline:
         page = (await client.get(f"/v1/runs/{run_id}/events", headers=auth(key),
                                  params={"after_seq": after})).json()
-        kinds = {e["kind"] for e in page["events"]}
+        kinds = {e["kind"] for e in page["data"]}
         after = page["next_after_seq"]
         if kinds & {"run_succeeded", "run_failed", "run_cancelled", "run_paused"}:
             return dict((await client.get(f"/v1/runs/{run_id}", headers=auth(key))).json())
-        if not page["events"]:
+        if not page["data"]:
             await asyncio.sleep(0.05)
     raise AssertionError("the run did not finish in time")
 
@@ -105,10 +105,10 @@ async def test_publish_start_twice_watch_cancel_and_isolation(api: Any) -> None:
     reopen = await client.post(f"/v1/runs/{run}/resume", headers=auth(member))
     assert (reopen.status_code, reopen.json()["code"]) == (409, "run_state_conflict")
     events = (await client.get(f"/v1/runs/{run}/events", headers=auth(member))).json()
-    assert [e["seq"] for e in events["events"]] == list(range(1, len(events["events"]) + 1))
+    assert [e["seq"] for e in events["data"]] == list(range(1, len(events["data"]) + 1))
     listed = (await client.get("/v1/runs", headers=auth(member),
                                params={"workflow_id": wf})).json()
-    assert [r["id"] for r in listed["runs"]] == [run]
+    assert [r["id"] for r in listed["data"]] == [run]
 
 
 async def test_a_malformed_recipe_is_a_422_naming_the_pointer(api: Any) -> None:
@@ -149,7 +149,7 @@ async def test_steps_of_a_big_map_are_listed_without_outputs(api: Any) -> None:
         total_bytes += len(answer.content)
         pages += 1
         page = answer.json()
-        rows += page["steps"]
+        rows += page["data"]
         cursor = page["next_cursor"]
         if cursor is None:
             break

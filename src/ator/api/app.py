@@ -33,6 +33,7 @@ from ator.api import (
     threads,
     tree_caps,
     webhooks,
+    workflows,
 )
 from ator.api.console import mount_console
 from ator.api.gateway_calls import router as gateway_calls
@@ -110,7 +111,7 @@ def create_app(
                            trusted_hosts=list(settings.trusted_proxies))
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
-                   mcp_servers, instructions, calls, catalog, webhooks):
+                   mcp_servers, instructions, calls, catalog, webhooks, workflows):
         app.include_router(module.router)
     # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
     mcp_gateway = McpGateway(settings)

@@ -154,7 +154,7 @@ async def create_workflow(body: WorkflowIn, p: Principal = Depends(require("admi
 @router.get("/workflows")
 async def list_workflows(p: Principal = Depends(require("viewer")),
                          ator: Ator = Depends(get_ator)) -> dict[str, Any]:
-    return {"workflows": [_workflow(w) for w in await _flows(ator).workflows(p.scope)]}
+    return {"data": [_workflow(w) for w in await _flows(ator).workflows(p.scope)]}
 
 
 @router.get("/workflows/{workflow_id}")
@@ -175,7 +175,7 @@ async def publish(workflow_id: UUID, body: RecipeIn, p: Principal = Depends(requ
 async def list_versions(workflow_id: UUID, p: Principal = Depends(require("viewer")),
                         ator: Ator = Depends(get_ator)) -> dict[str, Any]:
     rows = await _flows(ator).versions(p.scope, workflow_id)
-    return {"versions": [_version(v, recipe=False) for v in rows]}
+    return {"data": [_version(v, recipe=False) for v in rows]}
 
 
 @router.get("/workflows/{workflow_id}/versions/{version}")
@@ -214,7 +214,7 @@ async def list_runs(p: Principal = Depends(require("viewer")), ator: Ator = Depe
                                    limit=limit)
     nxt = _encode(rows[-1]["created_at"].isoformat(), rows[-1]["id"]) if len(rows) == limit \
         else None
-    return {"runs": [_run(r) for r in rows], "next_cursor": nxt}
+    return {"data": [_run(r) for r in rows], "next_cursor": nxt}
 
 
 @router.get("/runs/{run_id}")
@@ -259,7 +259,7 @@ async def list_steps(run_id: UUID, p: Principal = Depends(require("viewer")),
     rows = await _flows(ator).steps(p.scope, run_id, after=after, limit=limit)
     last = rows[-1] if len(rows) == limit else None
     nxt = _encode(last["created_at"].isoformat(), last["position"], last["id"]) if last else None
-    return {"steps": [_step(s, output=False) for s in rows], "next_cursor": nxt}
+    return {"data": [_step(s, output=False) for s in rows], "next_cursor": nxt}
 
 
 @router.get("/runs/{run_id}/steps/{step_id}")
@@ -275,4 +275,4 @@ async def run_events(run_id: UUID, p: Principal = Depends(require("viewer")),
     rows = await _flows(ator).events(p.scope, run_id, after=after_seq, limit=limit)
     events = [{"seq": e["seq"], "kind": e["kind"], "data": e["data"],
                "created_at": _iso(e["created_at"])} for e in rows]
-    return {"events": events, "next_after_seq": events[-1]["seq"] if events else after_seq}
+    return {"data": events, "next_after_seq": events[-1]["seq"] if events else after_seq}

@@ -42,7 +42,7 @@ async def validate(api: ApiClient, recipe: Any) -> dict[str, Any]:
 
 async def publish(api: ApiClient, name: str, recipe: Any) -> dict[str, Any]:
     """Publish a new version of the workflow `name` (made when the org has none)."""
-    found = [w for w in (await api.get("/v1/workflows"))["workflows"] if w["name"] == name]
+    found = [w for w in (await api.get("/v1/workflows"))["data"] if w["name"] == name]
     workflow = found[0] if found else await api.post("/v1/workflows", {"name": name})
     return await api.post(f"/v1/workflows/{workflow['id']}/versions", {"recipe": recipe})
 

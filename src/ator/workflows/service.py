@@ -51,7 +51,7 @@ class Workflows:
     async def get(self, scope: Scope, workflow_id: UUID) -> Row:
         found = await run_store.get_workflow(self.db, scope, workflow_id)
         if found is None:
-            raise NotFound("no such workflow", code="workflow_not_found")
+            raise NotFound("no such workflow")
         return found
 
     async def workflows(self, scope: Scope, limit: int = 100) -> list[Row]:
@@ -64,7 +64,7 @@ class Workflows:
                                            separators=(",", ":")).encode()).hexdigest()
         made = await run_store.publish(self.db, scope, workflow_id, checked, digest)
         if made is None:
-            raise NotFound("no such workflow", code="workflow_not_found")
+            raise NotFound("no such workflow")
         return made
 
     async def version(self, scope: Scope, workflow_id: UUID, version: int | None) -> Row:
@@ -73,7 +73,7 @@ class Workflows:
         found = await run_store.get_version(self.db, scope, workflow_id, version)
         if found is None:
             raise NotFound("no such version" if version else "the workflow has no published "
-                           "version", code="version_not_found")
+                           "version")
         return found
 
     async def versions(self, scope: Scope, workflow_id: UUID, limit: int = 100) -> list[Row]:
@@ -111,7 +111,7 @@ class Workflows:
     async def run(self, scope: Scope, run_id: UUID) -> Row:
         found = await run_store.get_run(self.db, scope, run_id)
         if found is None:
-            raise NotFound("no such run", code="run_not_found")
+            raise NotFound("no such run")
         return found
 
     async def runs(self, scope: Scope, *, workflow_id: UUID | None = None,
@@ -157,7 +157,7 @@ class Workflows:
         """One step with its whole output."""
         found = await step_store.get_step(self.db, scope, run_id, step_id)
         if found is None:
-            raise NotFound("no such step", code="step_not_found")
+            raise NotFound("no such step")
         return found
 
     async def events(self, scope: Scope, run_id: UUID, *, after: int = 0,
