@@ -128,6 +128,32 @@ class Settings(BaseSettings):
     # Built provider clients kept for reuse (LRU; an evicted idle client is closed).
     provider_cache_size: int = Field(default=64, ge=1)
 
+    # CLI runtimes (providers/cli/): the executables (unset: `claude` / `codex` on PATH),
+    # the operator's codex home (its auth.json is linked into ator's vanilla CODEX_HOME;
+    # unset: ~/.codex), where org workspaces live (unset: data_dir/workspaces), variables
+    # given to every CLI child besides PATH/HOME/locale (a proxy's base URL, the CLI's own
+    # key; never ATOR_*), the longest JSON line read, seconds a CLI may take to exit after
+    # its result, seconds between SIGTERM and SIGKILL of its process group, and the
+    # CLI's own backstops when a setup names none.
+    claude_cli_path: Path | None = None
+    codex_cli_path: Path | None = None
+    codex_home: Path | None = None
+    cli_workspaces_dir: Path | None = None
+    cli_env: dict[str, str] = Field(default_factory=dict)
+    cli_line_limit: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
+    cli_after_result: float = Field(default=5.0, gt=0)
+    cli_kill_grace: float = Field(default=0.5, gt=0, le=10)
+    cli_max_turns: int = Field(default=100, ge=1)
+    cli_max_budget_usd: float = Field(default=10.0, gt=0)
+
+    @field_validator("cli_env")
+    @classmethod
+    def _no_ator_names(cls, value: dict[str, str]) -> dict[str, str]:
+        named = sorted(k for k in value if k.upper().startswith("ATOR_"))
+        if named:
+            raise ValueError(f"ATOR_* variables never reach a CLI: {', '.join(named)}")
+        return value
+
     # Egress (net/): every outbound connection is refused to loopback, private, link-local and
     # reserved addresses, and needs https, unless its host or address is allowlisted here:
     # comma-separated host names and IPs/CIDRs, e.g. `127.0.0.1,llm.internal,10.0.0.0/8`.
@@ -261,7 +287,7 @@ class Settings(BaseSettings):
     # A run paused longer than this is cancelled (`cancel_reason: pause_expired`).
     workflow_pause_ttl: float = Field(default=7 * 86_400.0, gt=0)
 
-    @field_validator("prices", "cap_ceilings", "model_windows", mode="before")
+    @field_validator("prices", "cap_ceilings", "model_windows", "cli_env", mode="before")
     @classmethod
     def _json_text(cls, value: Any) -> Any:
         """JSON text given in code (the environment's is decoded by pydantic-settings)."""

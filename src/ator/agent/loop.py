@@ -148,7 +148,8 @@ async def run_loop(
         request = ModelRequest(
             model=turn.model, messages=list(state.messages), system=system,
             tools=list(tools.specs), max_tokens=caps.max_output_tokens, user_id=turn.user_id,
-            cache=turn.cache, session=state.session,
+            cache=turn.cache, session=state.session, org_id=str(turn.org_id),
+            thread_tree=str(turn.root_id or turn.thread_id),
         )
         # What the model call will record about its request; hooks may add to it
         # (compaction applied, MCP problems).
@@ -159,8 +160,9 @@ async def run_loop(
                 request = await hook.before_call(turn, state, request)
         except StopTurn as stop:
             return Outcome(stop.reason, stop.message)
-        # Described after the hooks: what is recorded is what is sent.
-        state.request_meta.update(describe(request, layers))
+        # Described after the hooks: what is recorded is what is sent (a hook that rebuilt
+        # the system prompt, the single-prompt context manager, leaves its own layers).
+        state.request_meta.update(describe(request, state.request_meta.pop("layers", layers)))
         try:
             state.partial = PartialCall(state.steps + 1)
             reply = await call_model(provider, request, turn, prices, sink.on_delta,

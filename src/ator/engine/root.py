@@ -29,6 +29,7 @@ from ator.cost.prices import PriceTable
 from ator.engine.access import Access
 from ator.engine.actor import Actor, Wakes
 from ator.engine.context_policy import ContextPolicy
+from ator.engine.daily_caps import DailyCapsExtension
 from ator.engine.inspector import Inspector
 from ator.engine.instructions import Prompts
 from ator.engine.logins import LoginThrottle
@@ -57,8 +58,9 @@ T = TypeVar("T")
 ExtensionFactory = Callable[[Kernel], Extension]
 
 #: What `Ator.open` builds the engine from unless told otherwise.
-DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (McpExtension, SubagentsExtension,
-                                                   WebhooksExtension, WorkflowsExtension)
+DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, McpExtension,
+                                                   SubagentsExtension, WebhooksExtension,
+                                                   WorkflowsExtension)
 
 
 class Services:

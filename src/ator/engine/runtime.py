@@ -301,12 +301,18 @@ class Ator:
         provider: str,
         config: Mapping[str, Any] | None,
         tool_policy: Mapping[str, Any] | None = None,
+        *,
+        model: str | None = None,
     ) -> ProviderConfig:
         """Check a setup's provider, config (`providers.config`), caps and tool policy as
-        they would be stored. Raises ValidationFailed (422, field path in `errors`) or
-        Forbidden (403 `tenant_endpoints_disabled`)."""
+        they would be stored, and (given the `model`) what its provider refuses to run (a
+        CLI runtime: the model id's pattern, the CLI installed and logged in). Raises
+        ValidationFailed (422, field path in `errors`) or Forbidden (403
+        `tenant_endpoints_disabled`)."""
         parsed = self.providers.parse_config(provider, config,
                                              ConfigPolicy.from_settings(self.settings))
+        if model is not None:
+            self.providers.check_setup(provider, model, parsed)
         try:
             self.engine.check_caps(parsed.caps)
         except ConfigError as exc:
@@ -333,7 +339,7 @@ class Ator:
         config: dict[str, Any] | None = None,
         tool_policy: dict[str, Any] | None = None,
     ) -> Setup:
-        self.validate_setup(provider, config, tool_policy)
+        self.validate_setup(provider, config, tool_policy, model=model)
         return await setup_store.create_setup(
             self.db, scope, name=name, provider=provider, model=model, persona=persona,
             config=config, tool_policy=tool_policy,
@@ -352,7 +358,8 @@ class Ator:
                 wanted["config"] = restore_redacted(wanted["config"], current.config)
             self.validate_setup(wanted.get("provider", current.provider),
                                 wanted.get("config", current.config),
-                                wanted.get("tool_policy"))
+                                wanted.get("tool_policy"),
+                                model=wanted.get("model", current.model))
             try:
                 updated = await setup_store.update_setup(
                     self.db, scope, setup_id, expected_version=current.version, **wanted)

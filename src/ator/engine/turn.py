@@ -32,9 +32,10 @@ from ator.agent.extension import ToolBounds, TurnEnd, TurnField
 from ator.agent.history import build_messages
 from ator.agent.hooks import LoopHook
 from ator.agent.loop import Outcome, run_loop
+from ator.agent.single_prompt import SinglePromptHook
 from ator.agent.state import TurnContext, TurnState
 from ator.context import org_id_var, thread_id_var, turn_id_var
-from ator.cost.prices import PriceTable
+from ator.cost.prices import Priced, PriceTable
 from ator.engine.budget import BudgetGate
 from ator.engine.config import FrozenConfig, freeze
 from ator.engine.context_policy import ContextPolicy
@@ -169,9 +170,7 @@ class TurnRunner:
             else:
                 stop, error = await self._drive(start, turn, frozen, state, writer, handle)
             if not writer.finished:
-                model = state.partial.model if state.partial is not None else None
-                priced = self.prices.cost(model or turn.model, _usage_of(state))
-                interrupted = writer.interrupted_call(priced)
+                interrupted = writer.interrupted_call(_partial_priced(self.prices, turn, state))
                 await asyncio.shield(writer.finish(stop, error, interrupted))
             return True
         finally:
@@ -253,7 +252,10 @@ class TurnRunner:
         async def resolve(name: str) -> str:
             return await secret_store.reveal(self.db, self.master_key, scope, name)
 
-        tools = TurnTools(self.toolsets, allow=frozen.allow, deny=frozen.deny,
+        factory = self.providers.factory(start.provider)
+        # A runtime that runs its own tools (an agent CLI) is offered none of ator's.
+        tools = TurnTools([] if factory.own_tools else self.toolsets,
+                          allow=frozen.allow, deny=frozen.deny,
                           description_limit=frozen.caps.tool_description_chars,
                           within=frozen.within)
         gate = BudgetGate(db=self.db, prices=self.prices, limit=start.monthly_budget_usd,
@@ -261,18 +263,23 @@ class TurnRunner:
         # A lease keeps the provider's client open for the whole turn even if the cache
         # evicts it meanwhile.
         async with self.providers.lease(start.provider, start.config, resolve) as provider:
-            if self.providers.factory(start.provider).sessions:  # what it returned last time
+            if factory.sessions:  # what it returned last time
                 state.session = await provider_state.load(self.db, scope, turn.thread_id,
                                                           start.provider)
-            # Compaction first: the gate then reserves for the request actually sent, and
-            # the summary call passes the gate and every other hook like any call (a
+            limits = self.context.limits(start.provider, start.model, start.config)
+            # Context first: the gate then reserves for the request actually sent. A
+            # runtime taking one prompt gets it packed by priority; any other is compacted
+            # (the summary call passes the gate and every other hook like any call, a
             # subagent's own and tree budgets included).
-            compaction = CompactionHook(
-                provider=provider, sink=writer, prices=self.prices,
-                limits=self.context.limits(start.provider, start.model, start.config),
-                gates=[gate, *self.hooks], stash=self._stash(turn))
+            context: LoopHook
+            if factory.one_prompt or start.config.get("single_prompt") is True:
+                context = SinglePromptHook(limits.window_tokens)
+            else:
+                context = CompactionHook(provider=provider, sink=writer, prices=self.prices,
+                                         limits=limits, gates=[gate, *self.hooks],
+                                         stash=self._stash(turn))
             return await run_loop(turn, state, provider=provider, tools=tools, sink=writer,
-                                  prices=self.prices, hooks=[compaction, gate, *self.hooks],
+                                  prices=self.prices, hooks=[context, gate, *self.hooks],
                                   services=self.services)
 
     def _stash(self, turn: TurnContext) -> Stash | None:
@@ -294,5 +301,16 @@ def _stopped(reason: str) -> tuple[str, str | None]:
     return f"cancelled:{reason}", None
 
 
-def _usage_of(state: TurnState) -> Usage:
-    return state.partial.usage() if state.partial is not None else Usage()
+def _partial_priced(prices: PriceTable, turn: TurnContext, state: TurnState) -> Priced:
+    """What the call in flight when the turn was cut short cost: what the provider reported
+    it cost so far if it did (a CLI runtime), else its usage at the catalog price of the
+    call's model (the turn's, or the one the provider named when the turn's has no price)."""
+    partial = state.partial
+    if partial is None:
+        return prices.cost(turn.model, Usage())
+    if partial.meter.cost_usd is not None:
+        return Priced.reported(partial.meter.cost_usd)
+    model = partial.model or turn.model
+    if prices.lookup(model) is None and partial.meter.model:
+        model = partial.meter.model
+    return prices.cost(model, partial.usage())

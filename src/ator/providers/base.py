@@ -132,6 +132,10 @@ class ModelRequest:
     # What this provider returned as `MessageStop.session` on the thread's latest call that
     # had one (None: none yet, or the provider keeps no sessions).
     session: Mapping[str, Any] | None = None
+    # Whose call this is (a CLI runtime's workspace is the org's, or its thread tree's):
+    # the org's id and the id of the thread tree's root, as text.
+    org_id: str | None = None
+    thread_tree: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +214,13 @@ class MessageStop:
 
 @dataclass(frozen=True, slots=True)
 class UsageUpdate:
-    """Usage the provider reported mid-stream, cumulative for this call (latest wins)."""
+    """Usage the provider reported mid-stream, cumulative for this call (latest wins).
+    `cost_usd` is what the provider says the call cost so far (a CLI runtime ending in an
+    error reports it), `model` the model it names: a call cut short is billed with them."""
 
     usage: Usage
+    cost_usd: Decimal | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,12 +255,15 @@ class UsageMeter:
     Nothing streamed and nothing reported is `Usage(reported=False)`: 0, and it says so.
     """
 
-    __slots__ = ("_chars", "_final", "_reported")
+    __slots__ = ("_chars", "_final", "_reported", "cost_usd", "model")
 
     def __init__(self) -> None:
         self._reported: Usage | None = None
         self._final: Usage | None = None
         self._chars = 0
+        # What the provider said the call cost and which model it named (latest wins).
+        self.cost_usd: Decimal | None = None
+        self.model: str | None = None
 
     def observe(self, event: StreamEvent) -> None:
         if isinstance(event, TextDelta | ThinkingDelta):
@@ -261,10 +272,13 @@ class UsageMeter:
             self._chars += len(event.partial_json)
         elif isinstance(event, ToolUseStart):
             self._chars += len(event.name)
-        elif isinstance(event, UsageUpdate):
-            self._reported = event.usage
-        elif isinstance(event, MessageStop):
-            self._final = event.usage
+        elif isinstance(event, UsageUpdate | MessageStop):
+            if isinstance(event, UsageUpdate):
+                self._reported = event.usage
+            else:
+                self._final = event.usage
+            self.cost_usd = event.cost_usd if event.cost_usd is not None else self.cost_usd
+            self.model = event.model or self.model
 
     @property
     def finished(self) -> bool:

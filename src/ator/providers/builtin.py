@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ator.errors import ConfigError
+from ator.providers.cli.factories import CLI_FACTORIES
 from ator.providers.config import AnthropicConfig, LocalConfig, OpenAIConfig, ScriptedConfig
 from ator.providers.factory import BuildContext, Built, ProviderFactory, Recipe, SecretResolver
 from ator.providers.local import DEFAULT_LOCAL_MODEL  # a light module: llama loads lazily
@@ -165,4 +166,5 @@ BUILTIN: Final[tuple[ProviderFactory, ...]] = (
     ProviderFactory("openai", _openai, OpenAIConfig, _OPENAI_MODULES, DEFAULT_OPENAI_MODEL),
     ProviderFactory("local", _local, LocalConfig, default_model=DEFAULT_LOCAL_MODEL),
     ProviderFactory("scripted", _scripted, ScriptedConfig, default_model="scripted"),
+    *CLI_FACTORIES,
 )

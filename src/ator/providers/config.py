@@ -138,6 +138,12 @@ class ProviderConfig(BaseModel):
         = None
     context_window: Annotated[int, Field(ge=1024, le=100_000_000)] | None = None
     body_limit: Annotated[int, Field(ge=4096, le=1024 * 1024 * 1024)] | None = None
+    # Pack each request into one prompt by priority (agent/single_prompt.py) instead of
+    # compacting the conversation (CLI runtimes always do).
+    single_prompt: StrictBool | None = None
+    # USD this setup may spend since midnight in the org's time zone (engine/daily_caps.py).
+    daily_budget_usd: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None \
+        = None
 
 
 class _HttpProviderConfig(ProviderConfig):

@@ -13,7 +13,14 @@ A `ProviderFactory` is everything ator needs to know about one provider name:
   (`providers.preload`);
 - `default_model`: what a command uses when only the provider is named;
 - `sessions`: the provider keeps state per thread (a CLI runtime's session id): the engine
-  reads it before the turn's first call and hands it over in `ModelRequest.session`.
+  reads it before the turn's first call and hands it over in `ModelRequest.session`;
+- `check(model, config, settings)`: run when a setup is written, after its config passed
+  its model: refuses what cannot run here (a model id that may not reach an argv, a CLI
+  not installed or not logged in) with a 422 naming the field;
+- `one_prompt`: the provider takes one prompt, not a conversation: the turn packs its
+  context with the single-prompt context manager (agent/single_prompt.py) instead of
+  compacting it;
+- `own_tools`: the provider runs its own tools (an agent CLI): ator's are not mounted.
 
 The built-in providers register through this type exactly as an outside one does
 (`providers.builtin`); `ProviderRegistry.register_factory` adds one at run time.
@@ -31,10 +38,11 @@ from ator.providers.base import Provider
 from ator.providers.config import CustomConfig, ProviderConfig
 from ator.settings import Settings
 
-__all__ = ["BuildContext", "Built", "ProviderFactory", "Recipe", "SecretResolver"]
+__all__ = ["BuildContext", "Built", "ProviderFactory", "Recipe", "SecretResolver", "SetupCheck"]
 
 SecretResolver = Callable[[str], Awaitable[str]]
 Closer = Callable[[], Awaitable[None]]
+SetupCheck = Callable[[str, ProviderConfig, Settings], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +90,9 @@ class ProviderFactory:
     preload: tuple[str, ...] = ()
     default_model: str | None = None
     sessions: bool = False
+    check: SetupCheck | None = None
+    one_prompt: bool = False
+    own_tools: bool = False
 
     @classmethod
     def of(

@@ -110,6 +110,13 @@ class ProviderRegistry:
             )
         return parse_provider_config(found.config, config, policy)
 
+    def check_setup(self, name: str, model: str, config: ProviderConfig) -> None:
+        """What provider `name` refuses in a setup beyond its config model (its factory's
+        `check`: a model id, a runtime that is missing). Raises ValidationFailed."""
+        found = self.factory(name)
+        if found.check is not None:
+            found.check(model, config, self._settings)
+
     async def preload(self) -> dict[str, float]:
         """Import every factory's heavy modules in a worker thread; seconds each took."""
         return await preload({f.name: f.preload for f in self._factories.values()

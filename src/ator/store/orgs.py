@@ -31,6 +31,7 @@ __all__ = [
     "get_org",
     "list_orgs",
     "set_org_budget",
+    "set_daily_cap",
     "set_org_ceiling",
 ]
 
@@ -126,3 +127,16 @@ async def find_user(db: Database, scope: Scope, email: str) -> UUID:
     if row is None:
         raise NotFound("user not found")
     return UUID(str(row.id))
+
+
+async def set_daily_cap(db: Database, scope: Scope, daily_budget_usd: Decimal | None,
+                        time_zone: str | None) -> None:
+    """Set (or clear, with None) the org's daily cap and the IANA zone its day starts in
+    (`orgs.settings`; the caller checks the zone). Raises NotFound for no such org."""
+    stmt = orgs.update().where(orgs.c.id == scope.org_id).values(
+        settings=orgs.c.settings.op("||")(sa.func.jsonb_build_object(
+            sa.literal("daily_budget_usd", sa.Text),
+            sa.cast(None if daily_budget_usd is None else str(daily_budget_usd), sa.Text),
+            sa.literal("time_zone", sa.Text), sa.cast(time_zone, sa.Text))))
+    if first(await db.write(stmt.returning(orgs.c.id))) is None:
+        raise NotFound("org not found")

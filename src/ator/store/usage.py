@@ -6,16 +6,17 @@ setup always agree with each other and with the turns.
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 import sqlalchemy as sa
 
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["GROUPS", "mailbox_depth", "mailbox_lag", "month_bounds", "usage"]
+__all__ = ["GROUPS", "mailbox_depth", "mailbox_lag", "month_bounds", "spent_since", "usage"]
 
 GROUPS = ("org", "thread", "setup")
 
@@ -70,3 +71,15 @@ async def mailbox_depth(db: Database) -> int:
     """Items waiting for a turn, all orgs (for /metrics)."""
     rows = await db.read(sa.text("SELECT count(*) AS n FROM mailbox WHERE turn_id IS NULL"))
     return int(rows[0].n)
+
+
+async def spent_since(db: Database, scope: Scope, since: datetime, setup_id: UUID
+                      ) -> tuple[Decimal, Decimal]:
+    """USD billed since `since` by the org, and by its setup `setup_id` (one statement over
+    `ix_model_calls_org_created`)."""
+    rows = await db.read(sa.text("""
+        SELECT COALESCE(sum(cost_usd), 0) AS org,
+               COALESCE(sum(cost_usd) FILTER (WHERE setup_id = :setup_id), 0) AS setup
+          FROM model_calls WHERE org_id = :org_id AND created_at >= :since
+    """), {"org_id": scope.org_id, "since": since, "setup_id": setup_id})
+    return Decimal(rows[0].org), Decimal(rows[0].setup)
