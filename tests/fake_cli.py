@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 
-scenario = json.load(open(os.environ["FAKE_SCENARIO"]))
+with open(os.environ["FAKE_SCENARIO"]) as _f:
+    scenario = json.load(_f)
 if scenario.get("ignore_term"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 prompt = sys.stdin.read()

@@ -150,7 +150,8 @@ async def test_a_claude_turn_streams_its_tools_costs_what_it_reports_and_resumes
         assert "--max-turns=100" in argv and "--max-budget-usd=10" in argv
         assert "--setting-sources=" in argv and "--strict-mcp-config" in argv
         settings = next(a for a in argv if a.startswith("--settings="))
-        assert json.loads(Path(settings.split("=", 1)[1]).read_text())["disableAllHooks"]
+        overlay = Path(settings.split("=", 1)[1]).read_text()  # noqa: ASYNC240 (a small local file)
+        assert json.loads(overlay)["disableAllHooks"]
         assert not any(a.startswith("--resume") for a in argv)
         assert "What is in here?" in run["stdin"]  # the prompt on stdin, closed after it
         # The jail: the org's workspace, and nothing of the server's environment but the
@@ -293,7 +294,8 @@ async def test_stop_and_turn_timeout_kill_the_whole_group_within_a_second(
         await ator.submit(scope, thread.id, "Go")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
-        while not fake.runs() and loop.time() < deadline:
+        # The child process writes its dump file: nothing to await but the file itself.
+        while not fake.runs() and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         run = fake.runs()[-1]
         if how == "stop":  # the CLI runs (it wrote its dump): stop the turn

@@ -30,8 +30,8 @@ __all__ = [
     "find_user",
     "get_org",
     "list_orgs",
-    "set_org_budget",
     "set_daily_cap",
+    "set_org_budget",
     "set_org_ceiling",
 ]
 
