@@ -9,9 +9,10 @@ as providers count it), *all* of the call's tokens bill at that tier's rates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
+from typing import Any
 
-__all__ = ["Price", "Priced", "Tier"]
+__all__ = ["Price", "Priced", "Tier", "usd_amount"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +57,15 @@ class Priced:
     def reported(cls, usd: Decimal) -> Priced:
         """The cost the provider reported for the call."""
         return cls(usd, True, "provider")
+
+
+def usd_amount(value: Any) -> Decimal | None:
+    """A USD amount read from outside (a CLI's report, an org's settings): a finite,
+    non-negative number or numeric string, else None (never a guess)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        found = Decimal(str(value))
+    except InvalidOperation:
+        return None
+    return found if found.is_finite() and found >= 0 else None

@@ -15,13 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ator.agent.extension import Extension, Kernel, TurnField
 from ator.agent.hooks import LoopHook, StopTurn
 from ator.agent.state import TurnContext, TurnState
+from ator.cost.price import usd_amount
 from ator.providers.base import ModelRequest
 from ator.security.limits import refuse
 from ator.store import orgs as org_store
@@ -50,20 +51,11 @@ class DayLimits:
     def of(cls, raw: Any) -> DayLimits | None:
         if not isinstance(raw, dict):
             return None
-        org, setup = _usd(raw.get("org")), _usd(raw.get("setup"))
+        org, setup = usd_amount(raw.get("org")), usd_amount(raw.get("setup"))
         if org is None and setup is None:
             return None
         return cls(org, setup, str(raw.get("tz") or "UTC"))
 
-
-def _usd(value: Any) -> Decimal | None:
-    if value is None:
-        return None
-    try:
-        found = Decimal(str(value))
-    except InvalidOperation:
-        return None
-    return found if found.is_finite() and found >= 0 else None
 
 
 def midnight(time_zone: str, now: datetime | None = None) -> datetime:

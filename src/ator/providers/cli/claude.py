@@ -23,9 +23,9 @@ One JSON object per line, by `type`:
 from __future__ import annotations
 
 import json
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from ator.cost.price import usd_amount
 from ator.errors import ProviderError
 from ator.providers.base import (
     KEEPALIVE,
@@ -164,7 +164,7 @@ class ClaudeStream:
             return [], ProviderError("the CLI ended without a result", kind="cli_no_result")
         usage = _usage(result["usage"]) if isinstance(result.get("usage"), dict) \
             else self._so_far() if self._usage else Usage(reported=False)
-        cost = _decimal(result.get("total_cost_usd"))
+        cost = usd_amount(result.get("total_cost_usd"))
         model = _main_model(result.get("modelUsage")) or self.model
         subtype = str(result.get("subtype", ""))
         session = {"session_id": self.session_id} if self.session_id else None
@@ -220,12 +220,3 @@ def _int(value: Any) -> int:
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
-
-def _decimal(value: Any) -> Decimal | None:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        found = Decimal(str(value))
-    except InvalidOperation:
-        return None
-    return found if found.is_finite() and found >= 0 else None
