@@ -117,15 +117,23 @@ async def pending_threads(
     return [(r.org_id, r.thread_id) for r in rows]
 
 
+_NOTIFY = sa.text("""
+INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content)
+SELECT :id, t.org_id, t.id, :claim, 'notification', CAST(:content AS jsonb)
+  FROM threads t
+ WHERE t.id = :thread_id AND t.org_id = :org_id AND t.deleted_at IS NULL
+ON CONFLICT ON CONSTRAINT uq_mailbox_thread_client DO NOTHING
+RETURNING id
+""")
+
+
 async def notify(db: Database, scope: Scope, thread_id: UUID, *, claim: str,
                  content: dict[str, Any]) -> bool:
     """Insert a notice claimed by `claim` (its client id): True when this call inserted it,
     False when the claim was taken before (whoever raced) or the thread is gone. The insert
     is the claim, so a notice reaches a thread at most once."""
-    # The submit's own insert, with no sender: the claim is the client id it is unique by.
-    rows = await db.fetch(_SUBMIT, {"id": uuid.uuid4(), "org_id": scope.org_id,
-                                    "thread_id": thread_id, "cmid": claim,
-                                    "kind": "notification", "sender": None,
+    rows = await db.fetch(_NOTIFY, {"id": uuid.uuid4(), "org_id": scope.org_id,
+                                    "thread_id": thread_id, "claim": claim,
                                     "content": jsonenc.dumps(content)}, write=True)
     return bool(rows)
 
