@@ -258,7 +258,7 @@ async def test_the_schedule_routes(make_ator: Any) -> None:
         assert names == ["every-night", "more-0", "more-1", "more-2"]
         for path in (f"/v1/schedules/{sid}", f"/v1/schedules/{uuid.uuid4()}"):
             gone = await client.get(path, headers=auth(theirs["admin"]))
-            assert gone.status_code == 404 and gone.json()["code"] == "not_found"
+            assert gone.status_code == 404 and gone.json()["code"] == "schedule_not_found"
         paused = await client.post(f"/v1/schedules/{sid}/pause", headers=auth(mine["member"]))
         assert paused.status_code == 200 and paused.json()["status"] == "paused"
         assert (await client.post(f"/v1/schedules/{sid}/resume",

@@ -11,7 +11,7 @@
 A schedule is a standing order to spend the org's money without anyone watching, so making,
 resuming and deleting one is an admin's; pausing one is a member's. Problems: 422
 `invalid_cron`, `invalid_zone`, `invalid_overlap`, `invalid_catch_up`, `invalid_budget`,
-`input_invalid`; 409 `schedule_exists`; 404 `not_found` (also another org's, like every record) and
+`input_invalid`; 409 `schedule_exists`; 404 `schedule_not_found` (also another org's) and
 `not_found` for a workflow that is not the org's.
 """
 

@@ -80,7 +80,7 @@ def _check_cron(cron: str) -> None:
 
 class Schedules:
     """Creating, listing, pausing, resuming and deleting an org's schedules (another org's
-    schedule is the plain NotFound `not_found`, like any other org's record)."""
+    schedule is NotFound `schedule_not_found`)."""
 
     def __init__(self, db: Database, kinds: JobKinds, clock: Clock | None = None) -> None:
         self.db = db
@@ -117,7 +117,7 @@ class Schedules:
     async def get(self, scope: Scope, schedule_id: UUID) -> ScheduleRow:
         found = await schedule_store.get(self.db, scope, schedule_id)
         if found is None:
-            raise NotFound("no such schedule")
+            raise NotFound("no such schedule", code="schedule_not_found")
         return found
 
     async def pause(self, scope: Scope, schedule_id: UUID) -> ScheduleRow:
@@ -136,12 +136,12 @@ class Schedules:
         found = await schedule_store.set_enabled(self.db, scope, schedule_id, enabled=enabled,
                                                  next_tick=first)
         if found is None:
-            raise NotFound("no such schedule")
+            raise NotFound("no such schedule", code="schedule_not_found")
         return found
 
     async def delete(self, scope: Scope, schedule_id: UUID) -> None:
         if not await schedule_store.delete(self.db, scope, schedule_id):
-            raise NotFound("no such schedule")
+            raise NotFound("no such schedule", code="schedule_not_found")
 
 
 class Scheduler:
