@@ -28,6 +28,7 @@ from ator.coord import coordinator_from_url
 from ator.errors import AtorError
 from ator.net.egress import Egress
 from ator.net.guard import origin
+from ator.providers.cli.resolve import CLIS, describe
 from ator.providers.registry import default_provider
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
@@ -86,6 +87,7 @@ async def run_checks(settings: Settings) -> list[Check]:
     checks.append(_open_files(settings))
     checks.extend(await _hosted(settings))
     checks.append(_local_model())
+    checks.extend(await _cli_runtimes(settings))
     provider, model = default_provider(settings)
     checks.append(Check("default provider", "info",
                         f"`ator demo` and `ator chat` use {provider} / {model}",
@@ -237,6 +239,26 @@ async def _unreachable(settings: Settings, url: str, env: str) -> Check | None:
                      f"ATOR_{env}_BASE_URL {url}: {host} does not resolve: {exc}",
                      fix=f"check the host name in ATOR_{env}_BASE_URL")
     return None
+
+
+async def _cli_runtimes(settings: Settings) -> list[Check]:
+    """Each agent CLI a setup may run on: its path, version and login state, or the fix
+    (the same state a setup naming it is refused for)."""
+    states = await asyncio.gather(*(describe(spec, settings) for spec in CLIS))
+    out = []
+    for state in states:
+        name, spec = f"runtime {state.spec.provider}", state.spec
+        if state.path is None:
+            out.append(Check(name, "missing", f"`{spec.command}` is not installed",
+                             fix=spec.install))
+        elif state.problem == "not logged in":
+            out.append(Check(name, "missing", f"{state.version or spec.command} at "
+                             f"{state.path}, not logged in", fix=spec.login))
+        elif state.problem is not None:
+            out.append(Check(name, "warn", f"{state.path}: {state.problem}", fix=spec.install))
+        else:
+            out.append(Check(name, "ok", f"{state.version} at {state.path}, logged in"))
+    return out
 
 
 def _local_model() -> Check:

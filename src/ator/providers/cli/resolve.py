@@ -1,5 +1,5 @@
 """Which CLI runs and whether it can: resolution from operator settings only (layer:
-providers; imports errors, settings, security.limits).
+providers; imports errors, settings, security.limits, providers.cli.jail).
 
 The executable comes from the operator (`ATOR_CLAUDE_CLI_PATH`, `ATOR_CODEX_CLI_PATH`, else
 the name on the server's PATH), never from a setup. A setup naming a CLI that is not
@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ator.providers.cli.jail import child_env, process_env
 from ator.security.limits import refuse
 from ator.settings import Settings
 
@@ -98,7 +99,8 @@ class CliState:
 
 
 async def describe(spec: CliSpec, settings: Settings, timeout: float = 10.0) -> CliState:
-    """The CLI's path, `--version` and login state, for `ator doctor`."""
+    """The CLI's path, `--version` and login state, for `ator doctor`. `--version` runs
+    with the environment a turn's child gets (the jail's), not the server's."""
     path = spec.executable(settings)
     if path is None:
         return CliState(spec, None, None, False, "not installed")
@@ -108,7 +110,8 @@ async def describe(spec: CliSpec, settings: Settings, timeout: float = 10.0) -> 
         proc = await asyncio.create_subprocess_exec(
             str(path), "--version", stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True)
+            start_new_session=True,
+            env=child_env(process_env(), operator=settings.cli_env, overlay={}))
         try:
             async with asyncio.timeout(timeout):
                 out, _ = await proc.communicate()
