@@ -10,7 +10,7 @@ WEB_DIST := src/ator/web/dist/index.html
 WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/index.html web/package.json \
 	web/package-lock.json web/vite.config.ts web/tsconfig.json
 
-.PHONY: install demo test lint bench serve clean
+.PHONY: install demo test lint bench serve clean real-cli
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench lint
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The real agent CLIs for tests/test_real_cli.py (ATOR_TEST_REAL_CLI=1): the claude binary
+# bundled in claude-agent-sdk's wheel and codex's in openai-codex-cli-bin, kept apart from
+# the venv's packages.
+REAL_CLI := $(VENV)/real-cli/.installed
+$(REAL_CLI): $(STAMP)
+	$(BIN)/pip install --quiet --no-deps --target $(VENV)/real-cli \
+		claude-agent-sdk==0.2.189 openai-codex-cli-bin==0.163.0
+	touch $(REAL_CLI)
+
+real-cli: $(REAL_CLI)
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'

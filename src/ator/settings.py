@@ -134,10 +134,13 @@ class Settings(BaseSettings):
     # given to every CLI child besides PATH/HOME/locale (a proxy's base URL, the CLI's own
     # key; never ATOR_*), the longest JSON line read, seconds a CLI may take to exit after
     # its result, seconds between SIGTERM and SIGKILL of its process group, and the
-    # CLI's own backstops when a setup names none.
+    # CLI's own backstops when a setup names none. `codex_config` is the operator's TOML
+    # added to ator's vanilla codex config (a model provider behind a proxy, its base URL):
+    # codex reads no base URL from its environment, only from its config.
     claude_cli_path: Path | None = None
     codex_cli_path: Path | None = None
     codex_home: Path | None = None
+    codex_config: str = Field(default="", max_length=64 * 1024)
     cli_workspaces_dir: Path | None = None
     cli_env: dict[str, str] = Field(default_factory=dict)
     cli_line_limit: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)

@@ -65,14 +65,17 @@ def claude_overlay(home: Path) -> Path:
     return path
 
 
-def codex_overlay(home: Path, org_id: str, operator_home: Path | None) -> Path:
-    """The org's CODEX_HOME: a vanilla config and, linked in, the operator's login only.
-    Kept per org (codex writes its session files there) and outside every workspace."""
+def codex_overlay(home: Path, org_id: str, operator_home: Path | None,
+                  operator_config: str = "") -> Path:
+    """The org's CODEX_HOME: a vanilla config (plus the operator's own `codex_config`, never
+    the operator's codex home's config) and, linked in, the operator's login only. Kept per
+    org (codex writes its session files there) and outside every workspace."""
     path = home / "codex" / _uuid(org_id)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     config = path / "config.toml"
-    if not config.exists() or config.read_text() != _VANILLA_CODEX_CONFIG:
-        config.write_text(_VANILLA_CODEX_CONFIG)
+    wanted = _VANILLA_CODEX_CONFIG + (operator_config.strip() + "\n" if operator_config else "")
+    if not config.exists() or config.read_text() != wanted:
+        config.write_text(wanted)
     auth = path / "auth.json"
     source = operator_home / "auth.json" if operator_home is not None else None
     if source is not None and source.exists() and not auth.exists():

@@ -43,6 +43,7 @@ class CliOptions:
     overlays: Path
     env: Mapping[str, str]
     codex_home: Path | None
+    codex_config: str
     line_limit: int
     after_result: float
     kill_grace: float
@@ -56,7 +57,8 @@ class CliOptions:
             executable=executable,
             workspaces=settings.cli_workspaces_dir or settings.data_dir / "workspaces",
             overlays=settings.data_dir / "cli-overlays", env=dict(settings.cli_env),
-            codex_home=codex_home, line_limit=settings.cli_line_limit,
+            codex_home=codex_home, codex_config=settings.codex_config,
+            line_limit=settings.cli_line_limit,
             after_result=settings.cli_after_result, kill_grace=settings.cli_kill_grace,
             max_turns=settings.cli_max_turns, max_budget_usd=settings.cli_max_budget_usd)
 
@@ -121,7 +123,7 @@ class CodexCli:
         o = self.options
         if request.org_id is None:
             raise ConfigError("a CLI runtime runs only inside an org's turn")
-        home = jail.codex_overlay(o.overlays, request.org_id, o.codex_home)
+        home = jail.codex_overlay(o.overlays, request.org_id, o.codex_home, o.codex_config)
         run = CliRun(self.argv(request), _cwd(o, request, self.config.workspace == "thread"),
                      jail.child_env(jail.process_env(), operator=o.env,
                                     overlay={"CODEX_HOME": str(home)}),
