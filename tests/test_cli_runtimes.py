@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from ator import Ator, Scope
 from ator.errors import ValidationFailed
 from ator.store import model_calls as call_store
+from ator.store.schema import provider_sessions
 from tests import cli_streams as rec
 from tests.conftest import ended, wait_for_event
 
@@ -335,3 +337,68 @@ async def test_a_cli_not_installed_or_not_logged_in_is_refused_with_the_fix(
             await ator.create_setup(Scope(org.id), name="x", provider="codex_cli",
                                     model="gpt-5-codex")
         assert got.value.code == "cli_not_logged_in" and "codex login" in got.value.message
+
+
+async def test_doctor_lists_each_cli_with_its_version_or_the_fix(
+    fake: Fake, settings_factory: Any, tmp_path: Path
+) -> None:
+    from ator.cli.doctor import run_checks
+
+    ready = settings_factory(claude_cli_path=fake.root / "claude",
+                             codex_cli_path=fake.root / "codex",
+                             cli_env={"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"})
+    checks = {c.name: c for c in await run_checks(ready)}
+    for provider, command in (("claude_cli", "claude"), ("codex_cli", "codex")):
+        row = checks[f"runtime {provider}"]
+        assert row.status == "ok" and f"9.9.9 ({command} fake)" in row.detail, row
+        assert str(fake.root / command) in row.detail and not row.required
+    missing = settings_factory(claude_cli_path=tmp_path / "nowhere" / "claude",
+                               codex_cli_path=fake.root / "codex",
+                               cli_env={"HOME": str(tmp_path / "home")},
+                               codex_home=tmp_path / "no-codex")
+    checks = {c.name: c for c in await run_checks(missing)}
+    claude, codex = checks["runtime claude_cli"], checks["runtime codex_cli"]
+    assert claude.status == "missing" and "ATOR_CLAUDE_CLI_PATH" in claude.fix, claude
+    assert codex.status == "missing" and "not logged in" in codex.detail, codex
+    assert "codex login" in codex.fix and "9.9.9" in codex.detail
+
+
+async def test_a_cli_turns_one_prompt_is_recorded_by_the_inspector_with_its_sources(
+    cli_ator: Any, fake: Fake
+) -> None:
+    fake.play(rec.claude_turn())
+    async with cli_ator() as ator:
+        scope, thread, _ = await _thread(ator, "claude_cli", "sonnet")
+        end = await _turn(ator, scope, thread, "First question")
+        assert end.data["status"] == "done", end.data
+        (call,) = (await call_store.turn_calls(ator.db, scope, end.turn_id)).calls
+        meta = call.request_meta
+        names = [x["name"] for x in meta["layers"]]
+        assert names[0] == "core" and not any(n.startswith("context:") for n in names)
+        assert all(len(x["hash"]) == 16 and x["chars"] > 0 for x in meta["layers"])
+        assert meta["single_prompt"]["sources"] == [] and meta["single_prompt"]["budget_tokens"]
+        # What was packed is what the CLI got on stdin: each head layer's text, then the task.
+        stdin = fake.runs()[-1]["stdin"]
+        assert "First question" in stdin and "## core" in stdin
+
+        # Without a session to resume, the next turn carries the conversation as a section
+        # (its source named); with one, the record says it was left out and why.
+        await ator.db.write(sa.delete(provider_sessions).where(
+            provider_sessions.c.thread_id == thread.id))
+        fake.play(rec.claude_turn())
+        end2 = await _turn(ator, scope, thread, "Second question", after=end.seq)
+        (call2,) = (await call_store.turn_calls(ator.db, scope, end2.turn_id)).calls
+        packed = call2.request_meta["single_prompt"]
+        assert packed["sources"] == [f"thread:{thread.id}:recent"]
+        recent = next(x for x in call2.request_meta["layers"] if x["name"] == "context:recent")
+        assert recent["source"] == f"thread:{thread.id}:recent" and recent["priority"] == 20
+        assert "First question" in fake.runs()[-1]["stdin"]
+
+        fake.play(rec.claude_turn())
+        end3 = await _turn(ator, scope, thread, "Third question", after=end2.seq)
+        (call3,) = (await call_store.turn_calls(ator.db, scope, end3.turn_id)).calls
+        skipped = call3.request_meta["single_prompt"]["skipped"]
+        assert {s["kind"] for s in skipped} == {"recent"}
+        assert all(s["reason"] == "the runtime's resumed session holds it" for s in skipped)
+        assert f"--resume={rec.SESSION}" in fake.runs()[-1]["argv"]
+        assert "First question" not in fake.runs()[-1]["stdin"]
