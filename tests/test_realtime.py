@@ -455,3 +455,37 @@ async def test_a_stalled_websocket_is_disconnected_by_the_slow_timeout_under_def
         assert [f["seq"] for f in good.persisted()] == list(range(1, total + 1))
         assert good.of_type("delta") and frames
         assert good.sio.connected
+
+
+async def test_a_socket_gone_while_its_join_is_set_up_leaves_no_follow_behind(
+    one: Any, clients: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, ator, _, gw = one
+    scope, thread = await new_thread(ator, "gated")
+    followed, release, done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    follow = gw.feeds.follow
+
+    async def slow_follow(*args: Any, **kwargs: Any) -> Any:
+        # The join's follow is set up; the client leaves before the join goes on.
+        try:
+            made = await follow(*args, **kwargs)
+            followed.set()
+            await release.wait()
+            return made
+        finally:
+            done.set()
+
+    monkeypatch.setattr(gw.feeds, "follow", slow_follow)
+    client = clients()
+    await client.connect(base, await member_key(ator, scope))
+    await client.sio.emit("join", {"thread_id": str(thread.id)})
+    async with asyncio.timeout(10):
+        await followed.wait()
+        await client.sio.disconnect()
+        while gw._conns:  # the server saw it go (its drop ran)
+            await asyncio.sleep(0.01)
+        release.set()
+        await done.wait()
+        # Nothing may go on following the thread for a socket that is gone.
+        while gw.feeds.count:
+            await asyncio.sleep(0.01)

@@ -271,8 +271,14 @@ class SocketServer:
         if old is not None:
             await self._feeds().unfollow(old)
         # NotFound for another org's thread, before anything is joined
-        conn.follows[thread_id] = await self._feeds().follow(conn.sid, conn.principal.scope,
-                                                             thread_id, after_seq)
+        follow = await self._feeds().follow(conn.sid, conn.principal.scope, thread_id,
+                                            after_seq)
+        if self._conns.get(conn.sid) is not conn:
+            # The socket went while the follow was set up (its drop already ran): nothing
+            # may stay registered for it, and socket.io has no room for it to enter.
+            await self._feeds().unfollow(follow)
+            raise Unauthenticated("not connected")
+        conn.follows[thread_id] = follow
         room = f"thread:{thread_id}"
         await self.sio.enter_room(conn.sid, room)
         return {"thread_id": str(thread_id), "after_seq": after_seq, "room": room}
