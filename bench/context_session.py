@@ -28,6 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from pgserver import PgServer
 
+from ator.agent.compaction import SUMMARY_SYSTEM
 from ator.engine.runtime import Ator
 from ator.settings import Settings
 from ator.store import turns as turn_store
@@ -40,6 +41,14 @@ from ator.tools.base import Tool, ToolContext
 MODEL = "claude-haiku-4-5"
 
 
+def asks_summary(body: dict[str, Any]) -> bool:
+    """A compaction call: asked in place (the ask is the last message's last block) or of a
+    transcript (no tools)."""
+    last = body["messages"][-1]["content"]
+    text = last[-1].get("text", "") if isinstance(last, list) and last else str(last)
+    return "tools" not in body or text.startswith(SUMMARY_SYSTEM)
+
+
 class Model:
     """Calls `fetch_page` `iterations` times, then answers; summarizes when sent no tools."""
 
@@ -49,7 +58,7 @@ class Model:
 
     def __call__(self, request: RecordedRequest) -> Reply:
         usage = WireUsage(input_tokens=len(request.raw) // 4, output_tokens=40)
-        if "tools" not in request.body:
+        if asks_summary(request.body):
             return Reply(text=f"Summary: pages 1..{self.calls} fetched.", usage=usage)
         if self.calls < self.iterations:
             self.calls += 1
@@ -103,7 +112,7 @@ async def session(url: str, data_dir: str, *, iterations: int, size: int,
                 events.c.thread_id == thread.id, events.c.kind.in_(HISTORY_KINDS)))]
         finally:
             await ator.close()
-    steps = [len(r.raw) for r in fake.requests if "tools" in r.body]
+    steps = [len(r.raw) for r in fake.requests if not asks_summary(r.body)]
     read = sum(r.cache_read_tokens for r in rows)
     fed = sum(r.input_tokens + r.cache_read_tokens + r.cache_write_tokens for r in rows)
     return {

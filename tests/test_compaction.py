@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from ator.agent.compaction import SUMMARY_SYSTEM
 from ator.agent.history import build_messages
 from ator.errors import ProviderError, ValidationFailed
 from ator.providers.base import ModelRequest, Usage
@@ -44,8 +45,23 @@ PAGE = Tool(name="fetch_page", description="Fetch page n.",
             handler=_page)
 
 
+def asks_summary(body: dict[str, Any]) -> bool:
+    """A compaction call: asked in place (the ask is the last message's last block) or of a
+    transcript (no tools)."""
+    last = body["messages"][-1]["content"]
+    text = last[-1].get("text", "") if isinstance(last, list) and last else str(last)
+    return "tools" not in body or text.startswith(SUMMARY_SYSTEM)
+
+
+def summary_call(request: ModelRequest) -> bool:
+    """The same test for a scripted provider's request."""
+    last = request.messages[-1]["content"]
+    text = last[-1].get("text", "") if isinstance(last, list) and last else str(last)
+    return not request.tools or str(text).startswith(SUMMARY_SYSTEM)
+
+
 class Model:
-    """The fake's model: a summary when asked without tools, else `fetch_page` until
+    """The fake's model: a summary when asked for one, else `fetch_page` until
     `iterations` calls were made, then an answer. Reports the body size as input tokens."""
 
     def __init__(self, iterations: int) -> None:
@@ -55,7 +71,7 @@ class Model:
 
     def __call__(self, request: RecordedRequest) -> Reply:
         usage = WireUsage(input_tokens=len(request.raw) // 4, output_tokens=40)
-        if "tools" not in request.body:
+        if asks_summary(request.body):
             self.summaries += 1
             return Reply(text=f"Summary {self.summaries}: pages 1..{self.calls} fetched.",
                          usage=usage)
@@ -163,6 +179,44 @@ async def test_sixty_iterations_of_32k_results_fit_a_100kb_transport(make_ator) 
         assert len(fake.requests[before].raw) <= LIMIT
 
 
+async def test_the_summary_is_asked_in_place_so_the_prompt_cache_serves_it(make_ator) -> None:
+    model = Model(iterations=12)
+    async with AnthropicWireFake(responder=model, max_body_bytes=LIMIT,
+                                 prompt_cache=True) as fake, \
+            make_ator(tools=[PAGE], egress_allow="127.0.0.1") as ator:
+        scope, thread = await _thread(ator, fake, body_limit=LIMIT)
+        result = await ator.ask(scope, thread.id, "Read pages 1 to 12.", timeout=120)
+        assert (result.text, result.status) == ("Read 12 pages.", "done"), result
+        asked = [i for i, r in enumerate(fake.requests) if asks_summary(r.body)]
+        assert asked and model.summaries == len(asked)
+        for i in asked:
+            ask, step = fake.requests[i].body, fake.requests[i - 1].body
+            # The step's own system and tools, and its messages up to the cut, unchanged.
+            assert (ask["system"], ask["tools"]) == (step["system"], step["tools"])
+            *before, last = ask["messages"]
+            n = len(before)
+            assert _plain(before) == _plain(step["messages"][:n])
+            assert _plain([{**last, "content": last["content"][:-1]}]) == \
+                _plain([step["messages"][n]])
+        calls = [c for c in await _rows(ator, model_calls, thread.id)
+                 if c.purpose == "compaction"]
+        # Served by the cache the previous step filled: nearly all of it read, not sent.
+        assert calls and all(c.cache_read_tokens > 10 * (c.input_tokens + c.cache_write_tokens)
+                             for c in calls), [(c.input_tokens, c.cache_read_tokens,
+                                                c.cache_write_tokens) for c in calls]
+
+
+def _plain(messages: list[dict[str, Any]]) -> list[Any]:
+    """Messages without their cache breakpoints (which move from call to call)."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "cache_control"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+    return [strip(m) for m in messages]
+
+
 async def test_prompt_too_long_compacts_and_retries_once(make_ator) -> None:
     model = Model(iterations=3)
     too_long = HttpError(400, "prompt is too long: 210000 tokens > 200000 maximum",
@@ -232,7 +286,7 @@ async def test_a_failed_compaction_call_ends_the_turn_with_its_typed_reason(make
         return "z" * 1500
 
     def respond(request: ModelRequest) -> ScriptStep:
-        if not request.tools:  # the summary call
+        if summary_call(request):
             return ScriptStep(error=ProviderError("upstream broke", kind="server"))
         return ScriptStep(tool_calls=[("page", {})])
 
@@ -260,7 +314,7 @@ async def test_a_summary_cut_short_by_a_stop_is_billed_and_not_taken_for_a_reply
     summarizing = asyncio.Event()
 
     def respond(request: ModelRequest) -> ScriptStep:
-        if not request.tools:  # the summary call: streams a little, then hangs
+        if summary_call(request):  # streams a little, then hangs
             summarizing.set()
             return ScriptStep(text="partial summary", hang_after_text=True,
                               usage=Usage(input_tokens=700, output_tokens=0))

@@ -15,9 +15,13 @@ The transport-aware rule, checked before *every* model call (`CompactionHook.bef
   tool-use message and the results answering it stay on one side, and the kept tail follows
   the summary (a user message) with the assistant, as every provider accepts;
 - the summary is a model call through the turn's provider (the setup's `compaction_model`,
-  default the turn's model), reserved by the same gates as any call (the budget), billed to
-  the turn, and persisted with a `compaction` event naming the seq it replaces through
-  (`StepSink.on_compaction`), so later turns start from it (store/turns.py);
+  default the turn's model). On the turn's own model it is asked *in place*: the step's
+  request up to the cut, same system and tools, with the ask appended, so the prompt cache
+  that served the previous step serves it too; with another model, or when that would not
+  fit, it is asked of a clipped transcript. It is reserved by the same gates as any call
+  (the budget), billed to the turn, and persisted with a `compaction` event naming the seq
+  it replaces through (`StepSink.on_compaction`), so later turns start from it
+  (store/turns.py);
 - a provider "too long" error forces a compaction and one retry (`on_overflow`).
 
 The functions below the hook are pure and tested on their own.
@@ -172,6 +176,27 @@ async def clip_items(
     return cut
 
 
+def _in_place_ask(request: ModelRequest, before: Sequence[Message], model: str,
+                  max_tokens: int, budget: int) -> ModelRequest | None:
+    """The summary asked *in place*: the step's own request (system, tools, the messages up
+    to the cut) with the ask added at its end, so the provider's prompt cache serves all of
+    it (the previous step's request sent the same prefix). None when that cannot hit the
+    cache (another compaction model) or would not fit the budget: then the summary is asked
+    of a transcript instead."""
+    if model != request.model or not before:
+        return None
+    ask: dict[str, Any] = {"type": "text", "text": f"{SUMMARY_SYSTEM}\n\n{SUMMARY_ASK} "
+                                                   "Do not call a tool."}
+    messages = list(before)
+    if messages[-1].get("role") == "user":  # a block more in the last message, same prefix
+        last = messages[-1]
+        messages[-1] = {**last, "content": [*last["content"], ask]}
+    else:
+        messages.append({"role": "user", "content": [ask]})
+    asked = replace(request, messages=messages, max_tokens=max_tokens, cache=True)
+    return asked if request_bytes(asked) <= budget else None
+
+
 def _no_delta(event: StreamEvent) -> None:
     """A summary streams to nobody: only its result is persisted and used."""
 
@@ -248,15 +273,17 @@ class CompactionHook(LoopHook):
         if at is None:
             return request  # one iteration: nothing to summarize (items are already cut)
         model = self.limits.model or turn.model
-        transcript = render_transcript(messages[:at], limit=max(1000, budget // 3),
-                                       item_limit=max(200, budget // 16))
-        ask = ModelRequest(
-            model=model, system=[SystemBlock(SUMMARY_SYSTEM)],
-            messages=[{"role": "user", "content": [
-                {"type": "text", "text": f"<conversation>\n{transcript}\n</conversation>"},
-                {"type": "text", "text": SUMMARY_ASK}]}],
-            max_tokens=summary_tokens, user_id=turn.user_id, cache=False,
-        )
+        ask = _in_place_ask(request, messages[:at], model, summary_tokens, budget)
+        if ask is None:
+            transcript = render_transcript(messages[:at], limit=max(1000, budget // 3),
+                                           item_limit=max(200, budget // 16))
+            ask = ModelRequest(
+                model=model, system=[SystemBlock(SUMMARY_SYSTEM)],
+                messages=[{"role": "user", "content": [
+                    {"type": "text", "text": f"<conversation>\n{transcript}\n</conversation>"},
+                    {"type": "text", "text": SUMMARY_ASK}]}],
+                max_tokens=summary_tokens, user_id=turn.user_id, cache=False,
+            )
         for gate in self.gates:  # reserved like any call; a refusal ends the turn
             ask = await gate.before_call(turn, state, ask)
         # In flight it is the turn's call: a stop or timeout now bills what it consumed.
@@ -273,6 +300,7 @@ class CompactionHook(LoopHook):
         state.usage = state.usage + reply.usage
         state.cost += reply.priced.usd
         state.partial = None  # billed below, with the summary
+        # Text only: a tool the model called instead of summarizing is not run.
         text = "".join(str(b.get("text", "")) for b in reply.message["content"]
                        if b.get("type") == "text").strip()
         summary = text or "[the compaction model returned no summary]"
