@@ -178,6 +178,14 @@ async def wait_for_event(
     raise AssertionError("event did not arrive in time")
 
 
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Return once `condition()` holds (checked every 10 ms), TimeoutError after `timeout`:
+    for state that announces nothing (another task's bookkeeping)."""
+    async with asyncio.timeout(timeout):
+        while not condition():  # noqa: ASYNC110 (there is no event to wait on)
+            await asyncio.sleep(0.01)
+
+
 def record_of(frame: dict[str, Any]) -> Event:
     """The event a frame (engine/wire.py: `{v, seq, type, data}`) carries."""
     record = frame["data"]

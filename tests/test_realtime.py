@@ -19,7 +19,7 @@ from ator import Ator, Scope
 from ator.api.app import create_app
 from ator.engine.access import Access
 from ator.store import keys as key_store
-from tests.conftest import REDIS_URL, ended, new_thread, wait_for_event
+from tests.conftest import REDIS_URL, ended, new_thread, until, wait_for_event
 from tests.realtime_util import Gated, append_notes, member_key, serve
 
 
@@ -482,10 +482,8 @@ async def test_a_socket_gone_while_its_join_is_set_up_leaves_no_follow_behind(
     async with asyncio.timeout(10):
         await followed.wait()
         await client.sio.disconnect()
-        while gw._conns:  # the server saw it go (its drop ran)
-            await asyncio.sleep(0.01)
+        await until(lambda: not gw._conns)  # the server saw it go (its drop ran)
         release.set()
         await done.wait()
         # Nothing may go on following the thread for a socket that is gone.
-        while gw.feeds.count:
-            await asyncio.sleep(0.01)
+        await until(lambda: gw.feeds.count == 0)
