@@ -22,7 +22,8 @@ from ator.errors import Conflict
 from ator.store.database import Connection, Database
 from ator.store.scope import Scope
 
-__all__ = ["ScheduleRow", "advance", "create", "delete", "due", "list_for"]
+__all__ = ["ScheduleRow", "advance", "create", "delete", "due", "get", "list_for", "page",
+           "set_enabled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,22 @@ RETURNING {_COLUMNS}
 """)
 
 _LIST = sa.text(f"SELECT {_COLUMNS} FROM schedules WHERE org_id = :org_id ORDER BY name")
+
+_PAGE = sa.text(f"""
+SELECT {_COLUMNS} FROM schedules
+ WHERE org_id = :org_id AND (CAST(:after AS text) IS NULL OR name > :after)
+ ORDER BY name LIMIT :limit
+""")
+
+_GET = sa.text(f"SELECT {_COLUMNS} FROM schedules WHERE id = :id AND org_id = :org_id")
+
+# Resuming moves the next tick to the first one after now: the ticks of the pause are not
+# fired late (the catch-up window is for a scheduler that was down, not for a pause).
+_SET_ENABLED = sa.text(f"""
+UPDATE schedules SET enabled = :enabled, pending = NULL,
+       next_tick = COALESCE(CAST(:next_tick AS timestamptz), next_tick)
+ WHERE id = :id AND org_id = :org_id RETURNING {_COLUMNS}
+""")
 
 _DELETE = sa.text("DELETE FROM schedules WHERE id = :id AND org_id = :org_id RETURNING id")
 
@@ -95,6 +112,28 @@ async def create(
 
 async def list_for(db: Database, scope: Scope) -> list[ScheduleRow]:
     return [_row(r) for r in await db.fetch(_LIST, {"org_id": scope.org_id}, write=False)]
+
+
+async def page(db: Database, scope: Scope, *, after: str | None,
+               limit: int) -> list[ScheduleRow]:
+    """The org's schedules by name, after the name `after` (a cursor)."""
+    rows = await db.fetch(_PAGE, {"org_id": scope.org_id, "after": after, "limit": limit},
+                          write=False)
+    return [_row(r) for r in rows]
+
+
+async def get(db: Database, scope: Scope, schedule_id: UUID) -> ScheduleRow | None:
+    rows = await db.fetch(_GET, {"id": schedule_id, "org_id": scope.org_id}, write=False)
+    return _row(rows[0]) if rows else None
+
+
+async def set_enabled(db: Database, scope: Scope, schedule_id: UUID, *, enabled: bool,
+                      next_tick: datetime | None) -> ScheduleRow | None:
+    """Pause or resume (with the next tick to move to, on resume). None: not the org's."""
+    rows = await db.fetch(_SET_ENABLED, {"id": schedule_id, "org_id": scope.org_id,
+                                         "enabled": enabled, "next_tick": next_tick},
+                          write=True)
+    return _row(rows[0]) if rows else None
 
 
 async def delete(db: Database, scope: Scope, schedule_id: UUID) -> bool:
