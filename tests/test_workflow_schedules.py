@@ -1,7 +1,15 @@
 """Schedules of workflow runs on real PostgreSQL with a controlled clock: a per-minute
 schedule on two replicas starts one run per tick, overlap `skip` skips while the previous
 run is still going, a DST fall-back day gives no duplicate run, a scheduled run keeps its
-wall-clock budget; and the `/v1/schedules` routes (roles, problems, another org's 404)."""
+wall-clock budget; and the `/v1/schedules` routes (roles, problems, another org's 404).
+
+The clock tests run on a database of their own, made for the test: the session's database
+holds other tests' schedules (due at any controlled time) and, in the session's one event
+loop, any scheduler another test left running on the real clock would find these
+schedules due (their ticks are in the past) and move them past the test's clock. Here the
+only schedulers are the test's own, every time they use is the test's clock, and what the
+test counts is its own schedule's rows.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +21,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import asyncpg
 import httpx
 import pytest
+from sqlalchemy.engine import make_url
 
 from ator.engine.runtime import Ator
 from ator.jobs import JobKinds, ManualClock, Scheduler, Schedules
@@ -26,10 +36,30 @@ from tests.conftest import operator_client
 
 
 @pytest.fixture
-async def runtime(make_ator: Any) -> AsyncIterator[Ator]:
-    """A runtime whose job worker runs, without its own scheduler (its clock is the real
-    one: the tests' schedulers run on a controlled clock instead)."""
-    async with make_ator(job_poll_interval=0.05, job_concurrency=20) as ator:
+async def own_database(database_url: str) -> AsyncIterator[str]:
+    """A fresh database on the session's server, for this test alone (dropped after)."""
+    admin = make_url(database_url).set(drivername="postgresql")
+    name = f"ator_sched_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(admin.render_as_string(hide_password=False))
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    yield admin.set(database=name).render_as_string(hide_password=False)
+    conn = await asyncpg.connect(admin.render_as_string(hide_password=False))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def runtime(make_ator: Any, own_database: str) -> AsyncIterator[Ator]:
+    """A runtime on the test's own database whose job worker runs, without its own
+    scheduler (that one would run on the real clock: the tests' schedulers run on a
+    controlled clock instead)."""
+    async with make_ator(database_url=own_database, job_poll_interval=0.05,
+                         job_concurrency=20) as ator:
         worker = ator.engine.job_runner.worker
         await worker.start()
         try:
@@ -39,8 +69,12 @@ async def runtime(make_ator: Any) -> AsyncIterator[Ator]:
 
 
 @pytest.fixture
-async def replica_dbs(settings_factory: Any) -> AsyncIterator[list[Database]]:
-    opened = [await open_database(settings_factory()) for _ in range(2)]
+async def replica_dbs(settings_factory: Any, runtime: Ator,
+                      own_database: str) -> AsyncIterator[list[Database]]:
+    """Two more handles on the test's database (after `runtime` migrated it): the
+    replicas' schedulers."""
+    opened = [await open_database(settings_factory(database_url=own_database))
+              for _ in range(2)]
     yield opened
     for db in opened:
         await db.close()
@@ -99,9 +133,16 @@ async def test_two_replicas_start_one_run_per_tick(runtime: Ator,
         clock.advance(5)
         await asyncio.gather(*(r.tick() for r in replicas))
     await wait_until(lambda: no_firing_pending(runtime.db, schedule.id))
+    minutes = [utc(2026, 6, 1, 12, m) for m in range(1, 6)]
+    jobs = [r["tick"] for r in await runtime.db.pool.fetch(
+        "SELECT tick FROM jobs WHERE schedule_id = $1 ORDER BY tick", schedule.id)]
+    assert jobs == minutes  # one firing per tick, across both replicas
     made = await fired_runs(runtime.db, schedule.id)
-    assert [m["tick"] for m in made] == [utc(2026, 6, 1, 12, m) for m in range(1, 6)]
+    assert [m["tick"] for m in made] == minutes  # and one run per firing
+    # The database is the test's own: the replicas fired this schedule and nothing else,
+    # and nobody else moved it on (its next tick is the test clock's next minute).
     assert sum(r.fired for r in replicas) == 5
+    assert (await runs.schedules.get(scope, schedule.id)).next_tick == utc(2026, 6, 1, 12, 6)
     assert [m["idempotency_key"] for m in made] == [run_key(schedule.id, m["tick"])
                                                     for m in made]
     # The schedule's budget lowered the recipe's wall clock.
@@ -111,6 +152,29 @@ async def test_two_replicas_start_one_run_per_tick(runtime: Ator,
     again, created = await flows.start(scope, wf, {"n": 1},
                                        key=run_key(schedule.id, made[0]["tick"]))
     assert not created and again["id"] == made[0]["id"]
+
+
+async def test_a_run_starting_for_its_schedule_does_not_hide_it_from_the_scheduler(
+        runtime: Ator, own_database: str) -> None:
+    """A firing's run records its schedule (a foreign key), and the key check holds a KEY
+    SHARE lock on the schedule until the start commits: the scheduler's pass must not
+    take that for another scheduler's lock and pass the schedule over."""
+    clock = ManualClock(utc(2026, 6, 1, 12, 0, 30))
+    scope, wf, runs = await setup(runtime, QUICK, clock)
+    schedule = await runs.create(scope, name="held", cron="* * * * *", zone="UTC",
+                                 overlap="allow", catch_up=60, workflow_id=wf, input={"n": 1})
+    scheduler = Scheduler(runtime.db, runtime.service(JobKinds), clock=clock)
+    starting = await asyncpg.connect(own_database)
+    try:
+        async with starting.transaction():  # what inserting a run_origins row does
+            await starting.execute("SELECT 1 FROM schedules WHERE id = $1 FOR KEY SHARE",
+                                   schedule.id)
+            clock.set(utc(2026, 6, 1, 12, 1, 1))
+            assert await scheduler.tick() == 1
+    finally:
+        await starting.close()
+    assert scheduler.fired == 1
+    assert (await runs.schedules.get(scope, schedule.id)).next_tick == utc(2026, 6, 1, 12, 2)
 
 
 async def test_overlap_skip_skips_while_the_previous_run_is_still_going(runtime: Ator) -> None:

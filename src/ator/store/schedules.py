@@ -1,10 +1,10 @@
 """Schedule rows (layer: store; imports sqlalchemy, asyncpg, ator.store.*).
 
 `due` locks the schedules whose next tick has come (or that hold a buffered tick) with
-`FOR UPDATE SKIP LOCKED`; the caller enqueues their jobs and `advance`s them in the same
-transaction, conditionally on the `next_tick` it read. Two replicas therefore never fire one
-tick twice: the second either skips the locked row or, after the first committed, no longer
-finds it due.
+`FOR NO KEY UPDATE SKIP LOCKED` (a foreign key's check on a schedule does not hide it); the
+caller enqueues their jobs and `advance`s them in the same transaction, conditionally on the
+`next_tick` it read. Two replicas therefore never fire one tick twice: the second either
+skips the locked row or, after the first committed, no longer finds it due.
 """
 
 from __future__ import annotations
@@ -74,11 +74,16 @@ UPDATE schedules SET enabled = :enabled, pending = NULL,
 
 _DELETE = sa.text("DELETE FROM schedules WHERE id = :id AND org_id = :org_id RETURNING id")
 
+# FOR NO KEY UPDATE, not FOR UPDATE: the pass changes no key, and FOR UPDATE also conflicts
+# with the KEY SHARE lock a foreign key check takes. A firing's run that records its
+# schedule (run_origins.schedule_id) holds that lock while its start commits, and SKIP
+# LOCKED then passed the schedule over: under load, pass after pass, until its ticks fell
+# out of the catch-up window and were lost.
 _DUE = sa.text(f"""
 SELECT {_COLUMNS} FROM schedules
  WHERE enabled AND (next_tick <= :now OR pending IS NOT NULL)
  ORDER BY next_tick LIMIT :limit
- FOR UPDATE SKIP LOCKED
+ FOR NO KEY UPDATE SKIP LOCKED
 """)
 
 _ADVANCE = sa.text("""
