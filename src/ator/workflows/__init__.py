@@ -8,6 +8,7 @@ agent.extension, jobs, store, settings, errors, jsonata, jsonschema).
 
 from ator.workflows.expressions import ExpressionError, Expressions
 from ator.workflows.extension import WorkflowsExtension
+from ator.workflows.live import RunEvents
 from ator.workflows.recipe import FORMAT, RECIPE_SCHEMA, Limits, validate, validate_input
 from ator.workflows.scheduled import RunSchedules
 from ator.workflows.service import Workflows
@@ -18,6 +19,7 @@ __all__ = [
     "ExpressionError",
     "Expressions",
     "Limits",
+    "RunEvents",
     "RunSchedules",
     "Workflows",
     "WorkflowsExtension",

@@ -5,7 +5,8 @@ Contributes the `Workflows` service and its job kinds: `workflow.reconcile` (the
 one reconciler), `workflow.step` (one step attempt), `workflow.scheduled` (a schedule's
 firing starts a run: `RunSchedules`, workflows/scheduled.py) and `workflow.notify` (a run
 that ends tells the conversation that started it: workflows/told.py); the agent tools
-(workflows/tools.py) with their between-steps notices, per-turn count and turn end. Its
+(workflows/tools.py) with their between-steps notices, per-turn count and turn end;
+`RunEvents` (workflows/live.py) for live readers of a run's events. Its
 tables come with the core migrations (0012, 0017). The HTTP routes are
 `ator.api.workflows` and `ator.api.schedules` (the API layer mounts them).
 """
@@ -22,6 +23,7 @@ from ator.store.run_origins import NOTIFY_KIND
 from ator.tools.base import Tool
 from ator.workflows.expressions import Expressions
 from ator.workflows.kinds import RECONCILE, STEP
+from ator.workflows.live import RunEvents
 from ator.workflows.reconciler import Reconciler
 from ator.workflows.scheduled import BUFFER_ATTEMPTS, SCHEDULED, RunSchedules
 from ator.workflows.service import Workflows
@@ -60,6 +62,7 @@ class WorkflowsExtension(Extension):
         self.steps = StepRunner(kernel.db, queue, self.expressions)
         self.schedules = RunSchedules(Schedules(kernel.db, self._kinds), self.workflows)
         self.teller = RunTeller(kernel.db, kernel.waker)
+        self.live = RunEvents(kernel.db)
 
     async def _reconcile(self, ctx: Any, payload: dict[str, Any]) -> None:
         await self.reconciler.handle(ctx, payload)
@@ -90,7 +93,8 @@ class WorkflowsExtension(Extension):
 
     def services(self) -> Mapping[type, object]:
         return {Workflows: self.workflows, RunSchedules: self.schedules,
-                RunTeller: self.teller}
+                RunTeller: self.teller, RunEvents: self.live}
 
     async def aclose(self) -> None:
+        await self.live.aclose()
         self.expressions.close()

@@ -1,5 +1,9 @@
 """Where a workflow run came from: the schedule tick that fired it, or the conversation (and
-tool call) that started it, which is told its result once when it ends.
+tool call) that started it, which is told its result once when it ends. And a NOTIFY on
+`ator_run_events` for every run event written, whichever writer writes it (a trigger: no
+code path can forget it; NOTIFY is sent at commit, and a transaction's notices of one run
+are folded into one by PostgreSQL), so live readers of a run (the `run:` socket room) read
+what was committed instead of polling.
 
 Revision ID: 0017
 Revises: 0014
@@ -41,7 +45,18 @@ def upgrade() -> None:
     # One run per (thread, tool call): a retried start_workflow finds the run it made.
     op.create_index("uq_run_origins_call", "run_origins", ["thread_id", "tool_use_id"],
                     unique=True, postgresql_where=sa.text("tool_use_id IS NOT NULL"))
+    op.execute("""
+        CREATE FUNCTION ator_run_event_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          PERFORM pg_notify('ator_run_events', NEW.run_id::text);
+          RETURN NULL;
+        END $$""")
+    op.execute("""
+        CREATE TRIGGER workflow_events_notify AFTER INSERT ON workflow_events
+          FOR EACH ROW EXECUTE FUNCTION ator_run_event_notify()""")
 
 
 def downgrade() -> None:
+    op.execute("DROP TRIGGER IF EXISTS workflow_events_notify ON workflow_events")
+    op.execute("DROP FUNCTION IF EXISTS ator_run_event_notify()")
     op.drop_table("run_origins")
