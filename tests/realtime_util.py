@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID
 
+import socketio  # type: ignore[import-untyped]
 import sqlalchemy as sa
 import uvicorn
 
@@ -22,7 +23,7 @@ from ator.store import orgs as org_store
 from ator.store.events import append_cte, event_params, to_event
 from ator.store.records import Event
 
-__all__ = ["Gated", "append_notes", "member_key", "serve"]
+__all__ = ["Client", "Gated", "append_notes", "member_key", "serve"]
 
 
 @asynccontextmanager
@@ -94,3 +95,50 @@ class Gated:
 
     async def aclose(self) -> None:
         return None
+
+
+class Client:
+    """A socket.io client that keeps every frame it receives, and waits on them."""
+
+    def __init__(self) -> None:
+        self.sio = socketio.AsyncClient(reconnection=False)
+        self.frames: list[dict[str, Any]] = []
+        self._changed = asyncio.Event()
+        self.refused: Any = None  # the problem a refused connect was answered with
+        self.sio.on("frame", self._frame)
+        self.sio.on("connect_error", self._refused)
+        self.gone = asyncio.Event()
+        self.sio.on("disconnect", self._gone)
+
+    async def _gone(self, *reason: Any) -> None:
+        self.gone.set()
+
+    async def _refused(self, data: Any) -> None:
+        self.refused = data
+
+    async def _frame(self, frame: dict[str, Any]) -> None:
+        self.frames.append(frame)
+        self._changed.set()
+
+    async def connect(self, base: str, key: str | None) -> None:
+        await self.sio.connect(base, transports=["websocket"], wait_timeout=10,
+                               auth={"key": key} if key else None)
+
+    async def call(self, command: str, **payload: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.sio.call(command, payload, timeout=10)
+        return answer
+
+    async def until(self, test: Callable[[list[dict[str, Any]]], bool],
+                    timeout: float = 15.0) -> list[dict[str, Any]]:
+        async with asyncio.timeout(timeout):
+            while not test(self.frames):
+                self._changed.clear()
+                await self._changed.wait()
+        return self.frames
+
+    def persisted(self, thread_id: Any = None) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f["seq"] is not None
+                and (thread_id is None or f["data"]["thread_id"] == str(thread_id))]
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f["type"] == kind]

@@ -20,54 +20,7 @@ from ator.api.app import create_app
 from ator.engine.access import Access
 from ator.store import keys as key_store
 from tests.conftest import REDIS_URL, ended, new_thread, until, wait_for_event
-from tests.realtime_util import Gated, append_notes, member_key, serve
-
-
-class Client:
-    """A socket.io client that keeps every frame it receives, and waits on them."""
-
-    def __init__(self) -> None:
-        self.sio = socketio.AsyncClient(reconnection=False)
-        self.frames: list[dict[str, Any]] = []
-        self._changed = asyncio.Event()
-        self.refused: Any = None  # the problem a refused connect was answered with
-        self.sio.on("frame", self._frame)
-        self.sio.on("connect_error", self._refused)
-        self.gone = asyncio.Event()
-        self.sio.on("disconnect", self._gone)
-
-    async def _gone(self, *reason: Any) -> None:
-        self.gone.set()
-
-    async def _refused(self, data: Any) -> None:
-        self.refused = data
-
-    async def _frame(self, frame: dict[str, Any]) -> None:
-        self.frames.append(frame)
-        self._changed.set()
-
-    async def connect(self, base: str, key: str | None) -> None:
-        await self.sio.connect(base, transports=["websocket"], wait_timeout=10,
-                               auth={"key": key} if key else None)
-
-    async def call(self, command: str, **payload: Any) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.sio.call(command, payload, timeout=10)
-        return answer
-
-    async def until(self, test: Callable[[list[dict[str, Any]]], bool],
-                    timeout: float = 15.0) -> list[dict[str, Any]]:
-        async with asyncio.timeout(timeout):
-            while not test(self.frames):
-                self._changed.clear()
-                await self._changed.wait()
-        return self.frames
-
-    def persisted(self, thread_id: Any = None) -> list[dict[str, Any]]:
-        return [f for f in self.frames if f["seq"] is not None
-                and (thread_id is None or f["data"]["thread_id"] == str(thread_id))]
-
-    def of_type(self, kind: str) -> list[dict[str, Any]]:
-        return [f for f in self.frames if f["type"] == kind]
+from tests.realtime_util import Client, Gated, append_notes, member_key, serve
 
 
 @asynccontextmanager

@@ -68,8 +68,9 @@ async def test_two_replicas_fire_a_per_minute_schedule_once_per_tick(
     for _ in range(5 * 12):  # five minutes in 5-second steps, both replicas each step
         clock.advance(5)
         await asyncio.gather(*(r.tick() for r in replicas))
+    # One job row per firing: a tick fired twice would show twice here. (The replicas'
+    # own counters also count other modules' schedules left in the shared test database.)
     assert await fired(dbs[0], schedule.id) == [utc(2026, 6, 1, 12, m) for m in range(1, 6)]
-    assert sum(r.fired for r in replicas) == 5
 
 
 async def _sweep(db: Database, scope: Scope, zone: str, start: datetime,

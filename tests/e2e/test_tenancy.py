@@ -118,6 +118,8 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
                  json={"recipe": WAITING_RECIPE})
     run = await api.ok("POST", f"/v1/workflows/{workflow['id']}/runs", 201,
                        json={"input": {}, "key": f"run-{tag}"})
+    schedule = await api.ok("POST", "/v1/schedules", 201, json={
+        "name": f"s-{tag}", "cron": "0 0 1 1 *", "target": {"workflow_id": workflow["id"]}})
     deadline = time.monotonic() + 30
     while not (steps := (await api.ok("GET", f"/v1/runs/{run['id']}/steps"))["data"]):
         assert time.monotonic() < deadline, "the run made no step"
@@ -129,7 +131,7 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
         "endpoint_id": endpoint["id"], "delivery_id": deliveries[0]["id"],
         "inbound_id": inbound["id"], "received_id": received["id"],
         "workflow_id": workflow["id"], "version": "1", "run_id": run["id"],
-        "step_id": steps[0]["id"],
+        "step_id": steps[0]["id"], "schedule_id": schedule["id"],
     }
     # A call id is a small integer, found in any response: it is no mark of the tenant.
     tenant.marks = {*(v for k, v in tenant.ids.items() if k not in ("call_id", "version")), tag,
@@ -196,6 +198,8 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
         ("post", "/v1/workflows"): {"name": "made-by-a-tenant"},
         ("post", "/v1/workflows/{workflow_id}/versions"): {"recipe": WAITING_RECIPE},
         ("post", "/v1/workflows/{workflow_id}/runs"): {"input": {}},
+        ("post", "/v1/schedules"): {"name": "made-by-a-tenant", "cron": "0 0 1 1 *",
+                                    "target": {"workflow_id": victim.ids["workflow_id"]}},
         ("post", "/v1/runs/{run_id}/pause"): {"reason": "from another org"},
         ("post", "/v1/runs/{run_id}/resume"): {"reason": "from another org"},
         ("post", "/v1/runs/{run_id}/cancel"): {"reason": "from another org"},
@@ -225,7 +229,7 @@ def nobody() -> dict[str, str]:
             "endpoint_id": str(uuid.uuid4()), "delivery_id": str(uuid.uuid4()),
             "inbound_id": str(uuid.uuid4()), "received_id": str(uuid.uuid4()),
             "workflow_id": str(uuid.uuid4()), "version": "1", "run_id": str(uuid.uuid4()),
-            "step_id": str(uuid.uuid4())}
+            "step_id": str(uuid.uuid4()), "schedule_id": str(uuid.uuid4())}
 
 
 def leaks(text: str, tenant: Tenant) -> set[str]:

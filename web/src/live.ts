@@ -1,7 +1,7 @@
-// The one socket of the console: org pushes (busy/idle, turn ended) and followed threads.
-// WebSocket transport only, so an idle page makes no HTTP requests at all. On every
-// (re)connect each followed thread is joined again from the last seq it saw: the server
-// replays exactly what was missed, then streams live.
+// The one socket of the console: org pushes (busy/idle, turn ended), followed threads and
+// followed workflow runs. WebSocket transport only, so an idle page makes no HTTP requests at
+// all. On every (re)connect each followed thread or run is joined again from the last seq it
+// saw: the server replays exactly what was missed, then streams live.
 import { io, type Socket } from "socket.io-client";
 
 export interface Frame {
@@ -42,6 +42,12 @@ function keep(frame: Frame): void {
   if (kept.length > FRAMES_KEPT) kept.splice(0, kept.length - FRAMES_KEPT);
 }
 
+// `thread:<id>` → {thread_id}, `run:<id>` → {run_id}: what join and leave name.
+function target(room: string): Record<string, string> {
+  const [kind, id] = room.split(":");
+  return kind === "run" ? { run_id: id } : { thread_id: id };
+}
+
 export class Live {
   socket: Socket;
   status: "connecting" | "live" | "offline" = "connecting";
@@ -59,7 +65,7 @@ export class Live {
     });
     this.socket.on("connect", () => {
       this.setStatus("live");
-      for (const [threadId, f] of this.follows) this.join(threadId, f.lastSeq);
+      for (const [room, f] of this.follows) this.join(room, f.lastSeq);
     });
     this.socket.on("disconnect", () => this.setStatus("offline"));
     this.socket.on("connect_error", () => this.setStatus("offline"));
@@ -79,12 +85,14 @@ export class Live {
 
   private dispatch(frame: Frame): void {
     keep(frame);
-    const threadId: string | undefined = frame.data?.thread_id;
     if (frame.type === "turn.started" || frame.type === "turn.ended") {
       for (const l of this.orgListeners) l(frame);
       return;
     }
-    const f = threadId ? this.follows.get(threadId) : undefined;
+    const threadId: string | undefined = frame.data?.thread_id;
+    const runId: string | undefined = frame.data?.run_id;
+    const room = threadId ? `thread:${threadId}` : runId ? `run:${runId}` : undefined;
+    const f = room ? this.follows.get(room) : undefined;
     if (!f) return;
     if (frame.seq !== null) {
       if (frame.seq <= f.lastSeq) return; // already shown (the server should not resend)
@@ -93,8 +101,8 @@ export class Live {
     for (const l of f.listeners) l(frame);
   }
 
-  private join(threadId: string, afterSeq: number): void {
-    this.socket.emit("join", { thread_id: threadId, after_seq: afterSeq }, (ack: any) => {
+  private join(room: string, afterSeq: number): void {
+    this.socket.emit("join", { ...target(room), after_seq: afterSeq }, (ack: any) => {
       if (!ack?.ok) console.warn("join refused", ack?.error);
     });
   }
@@ -107,18 +115,27 @@ export class Live {
   /** Follow a thread from `afterSeq` (the last seq the caller already shows, read over
    * HTTP: see history.ts). Returns the unfollow. */
   follow(threadId: string, afterSeq: number, l: Listener): () => void {
-    let f = this.follows.get(threadId);
+    return this.followRoom(`thread:${threadId}`, afterSeq, l);
+  }
+
+  /** Follow a workflow run's events from `afterSeq` (its `last_seq` read over HTTP). */
+  followRun(runId: string, afterSeq: number, l: Listener): () => void {
+    return this.followRoom(`run:${runId}`, afterSeq, l);
+  }
+
+  private followRoom(room: string, afterSeq: number, l: Listener): () => void {
+    let f = this.follows.get(room);
     if (!f) {
       f = { lastSeq: afterSeq, listeners: new Set() };
-      this.follows.set(threadId, f);
-      if (this.socket.connected) this.join(threadId, afterSeq);
+      this.follows.set(room, f);
+      if (this.socket.connected) this.join(room, afterSeq);
     }
     f.listeners.add(l);
     return () => {
       f!.listeners.delete(l);
       if (f!.listeners.size === 0) {
-        this.follows.delete(threadId);
-        if (this.socket.connected) this.socket.emit("leave", { thread_id: threadId });
+        this.follows.delete(room);
+        if (this.socket.connected) this.socket.emit("leave", target(room));
       }
     };
   }

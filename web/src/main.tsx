@@ -1,5 +1,6 @@
 // The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
-// threads, chat (with the inspector, instructions and the subagent tree), usage, setups,
+// threads, chat (with the inspector, instructions and the subagent tree), workflow runs (drawn
+// live as a graph), usage, setups,
 // secrets, keys and the org policy. Live state arrives over one socket.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
@@ -14,6 +15,7 @@ import { Usage } from "./screens/usage";
 import { Setups } from "./screens/setups";
 import { Secrets, Keys } from "./screens/admin";
 import { Policy } from "./screens/prompts";
+import { RunView, Runs } from "./screens/runs";
 import "./screens/inspector"; // registers the footer action
 import "./screens/tree"; // registers the thread tab
 import "./style.css";
@@ -84,6 +86,8 @@ function App() {
   let m: RegExpMatchArray | null;
   if (!live) screen = <div class="muted">Connecting…</div>;
   else if ((m = path.match(/^\/threads\/([0-9a-f-]{36})/))) screen = <Chat key={m[1]} threadId={m[1]} live={live} who={who} />;
+  else if ((m = path.match(/^\/runs\/([0-9a-f-]{36})/))) screen = <RunView key={m[1]} runId={m[1]} live={live} />;
+  else if (path.startsWith("/runs")) screen = <Runs />;
   else if (path.startsWith("/usage")) screen = <Usage />;
   else if (path.startsWith("/setups")) screen = <Setups who={who} />;
   else if (path.startsWith("/secrets")) screen = <Secrets who={who} />;
@@ -102,6 +106,7 @@ function App() {
         <strong class="brand">ator</strong>
         <nav>
           {nav("/", "Threads")}
+          {nav("/runs", "Runs")}
           {nav("/usage", "Usage")}
           {nav("/setups", "Setups")}
           {who.role === "admin" && nav("/secrets", "Secrets")}

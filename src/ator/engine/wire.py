@@ -15,7 +15,9 @@ the notices between replicas — sees the same versioned frame:
 - a turn starting or ending, for the org room: `seq` None, `type` "turn.started" |
   "turn.ended" (`turn_frame`);
 - an error a reader must act on: `seq` None, `type` "error", `data` `{"thread_id", "code",
-  "status", "detail"}` (`error_frame`).
+  "status", "detail"}` (`error_frame`; for a run's room `{"run_id", ...}`, `run_error_frame`);
+- a persisted event of a workflow run, for its `run:<id>` room: `seq` its per-run seq, `type`
+  its kind, `data` `{"seq", "kind", "data", "created_at", "run_id"}` (`run_frame`).
 
 A change of shape that an old client could misread bumps `FRAME_VERSION`.
 
@@ -49,6 +51,8 @@ __all__ = [
     "event_frame",
     "frame",
     "notice",
+    "run_error_frame",
+    "run_frame",
     "thread_channel",
     "turn_frame",
 ]
@@ -103,6 +107,19 @@ def turn_frame(thread_id: UUID | str, e: Event) -> dict[str, Any] | None:
 
 def error_frame(thread_id: UUID | str, code: str, status: int, detail: str) -> dict[str, Any]:
     return frame("error", {"thread_id": str(thread_id), "code": code, "status": status,
+                           "detail": detail})
+
+
+def run_frame(run_id: UUID | str, e: Any) -> dict[str, Any]:
+    """The frame of one persisted event of a workflow run (a row of `seq, kind, data,
+    created_at`)."""
+    return {"v": FRAME_VERSION, "seq": int(e["seq"]), "type": str(e["kind"]),
+            "data": {"seq": int(e["seq"]), "kind": str(e["kind"]), "data": e["data"],
+                     "created_at": e["created_at"].isoformat(), "run_id": str(run_id)}}
+
+
+def run_error_frame(run_id: UUID | str, code: str, status: int, detail: str) -> dict[str, Any]:
+    return frame("error", {"run_id": str(run_id), "code": code, "status": status,
                            "detail": detail})
 
 

@@ -79,7 +79,8 @@ def _check_cron(cron: str) -> None:
 
 
 class Schedules:
-    """Creating, listing and deleting an org's schedules."""
+    """Creating, listing, pausing, resuming and deleting an org's schedules (another org's
+    schedule is the plain NotFound `not_found`, like any other org's record)."""
 
     def __init__(self, db: Database, kinds: JobKinds, clock: Clock | None = None) -> None:
         self.db = db
@@ -105,12 +106,42 @@ class Schedules:
             self.db, scope, id=uuid.uuid4(), name=name, kind=kind, payload=payload or {},
             cron=cron, zone=zone, overlap=overlap, catch_up=catch_up, next_tick=first)
 
+    async def page(self, scope: Scope, *, after: str | None = None,
+                   limit: int = 50) -> list[ScheduleRow]:
+        """A page of the org's schedules by name, after the name `after`."""
+        return await schedule_store.page(self.db, scope, after=after, limit=limit)
+
     async def list(self, scope: Scope) -> list[ScheduleRow]:
         return await schedule_store.list_for(self.db, scope)
 
+    async def get(self, scope: Scope, schedule_id: UUID) -> ScheduleRow:
+        found = await schedule_store.get(self.db, scope, schedule_id)
+        if found is None:
+            raise NotFound("no such schedule")
+        return found
+
+    async def pause(self, scope: Scope, schedule_id: UUID) -> ScheduleRow:
+        """Stop firing (idempotent); a buffered tick is dropped."""
+        return await self._enable(scope, schedule_id, False)
+
+    async def resume(self, scope: Scope, schedule_id: UUID) -> ScheduleRow:
+        """Fire again from the first tick after now (idempotent)."""
+        return await self._enable(scope, schedule_id, True)
+
+    async def _enable(self, scope: Scope, schedule_id: UUID, enabled: bool) -> ScheduleRow:
+        row = await self.get(scope, schedule_id)
+        if row.enabled == enabled:
+            return row
+        first = next(ticks(row.cron, row.zone, self.clock.now())) if enabled else None
+        found = await schedule_store.set_enabled(self.db, scope, schedule_id, enabled=enabled,
+                                                 next_tick=first)
+        if found is None:
+            raise NotFound("no such schedule")
+        return found
+
     async def delete(self, scope: Scope, schedule_id: UUID) -> None:
         if not await schedule_store.delete(self.db, scope, schedule_id):
-            raise NotFound("no such schedule", code="schedule_not_found")
+            raise NotFound("no such schedule")
 
 
 class Scheduler:

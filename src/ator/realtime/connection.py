@@ -2,9 +2,10 @@
 store.keys, errors).
 
 A `Connection` holds who is connected (the principal and its key, re-checked on every
-command and by a periodic sweep, so a revoked key stops working), and the threads it
-follows (realtime.feed), at most `max_rooms`. What a connection holds in memory is bounded:
-its follows and the packets queued for its transport (see realtime.feed).
+command and by a periodic sweep, so a revoked key stops working), and the threads and runs
+it follows (realtime.feed, by room name), at most `max_rooms`. What a connection holds in
+memory is bounded: its follows and the packets queued for its transport (see
+realtime.feed).
 """
 
 from __future__ import annotations
@@ -35,17 +36,18 @@ class Connection:
     sid: str
     principal: Principal
     key: str
-    follows: dict[UUID, Follow] = field(default_factory=dict)
+    follows: dict[str, Follow] = field(default_factory=dict)  # by room: thread:<id>, run:<id>
 
     @property
     def rooms(self) -> list[str]:
         """The rooms this socket is in: joined by the server, never named by the client."""
         return [f"org:{self.principal.org_id}", f"user:{self.principal.user_id}",
-                *(f"thread:{t}" for t in self.follows)]
+                *self.follows]
 
-    def check_room_limit(self, thread_id: UUID, max_rooms: int) -> None:
-        if thread_id not in self.follows and len(self.follows) >= max_rooms:
-            raise TooManyRooms(f"a socket may follow at most {max_rooms} threads at once")
+    def check_room_limit(self, room: str, max_rooms: int) -> None:
+        if room not in self.follows and len(self.follows) >= max_rooms:
+            raise TooManyRooms(f"a socket may follow at most {max_rooms} threads and runs "
+                               "at once")
 
 
 class SocketCounts:

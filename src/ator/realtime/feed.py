@@ -1,10 +1,12 @@
-"""One live feed per followed thread per replica, shared by its sockets (layer: realtime;
-imports engine.runtime, engine.wire, realtime.outbox, socketio/engineio packets).
+"""One live feed per followed log per replica, shared by its sockets (layer: realtime;
+imports realtime.logs, realtime.outbox, socketio/engineio packets).
 
-A thousand sockets on one thread must not mean a thousand subscriptions, JSON parses and
-encodes of every frame: a `Feed` reads the thread once (`Ator.open_feed`: live, with
-its own recovery from the database), encodes each frame once, and puts it in the transport
-queue of each live member.
+A log is a thread's events or a workflow run's (realtime.logs: both have a dense per-key
+`seq`); the same code replays and follows either, so a `run:` room is exactly a `thread:`
+room over another log. A thousand sockets on one thread must not mean a thousand
+subscriptions, JSON parses and encodes of every frame: a `Feed` reads the log once
+(`Log.open`: live, with its own recovery from the database), encodes each frame once, and
+puts it in the transport queue of each live member.
 
 A socket joins with `after_seq` through a catch-up task: it sends the socket the frames
 after its cursor from the database, never past the feed's position (`feed.seq`, the last
@@ -32,10 +34,9 @@ import engineio  # type: ignore[import-untyped]
 import socketio  # type: ignore[import-untyped]
 
 from ator import jsonenc
-from ator.engine.runtime import Ator
-from ator.engine.wire import error_frame
 from ator.errors import AtorError, CoordinationError
 from ator.obs.logging import get_logger
+from ator.realtime.logs import Log
 from ator.realtime.outbox import Outbox
 from ator.store.scope import Scope
 
@@ -51,19 +52,20 @@ _RETRY = (0.2, 5.0)  # first and longest pause before a failed feed resumes
 
 
 class Follow:
-    """One socket following one thread: the last persisted seq sent to it."""
+    """One socket following one log's key (a thread, a run): the last persisted seq sent."""
 
-    def __init__(self, sid: str, eio_sid: str, scope: Scope, thread_id: UUID, seq: int
-                 ) -> None:
-        self.sid, self.eio_sid, self.scope, self.thread_id = sid, eio_sid, scope, thread_id
+    def __init__(self, sid: str, eio_sid: str, scope: Scope, key: UUID, seq: int,
+                 feeds: Feeds) -> None:
+        self.sid, self.eio_sid, self.scope, self.key = sid, eio_sid, scope, key
+        self.feeds = feeds
         self.seq = seq
         self.catching_up: asyncio.Task[None] | None = None
         self.dropped_deltas = 0
 
 
 class Feed:
-    def __init__(self, scope: Scope, thread_id: UUID, seq: int) -> None:
-        self.scope, self.thread_id = scope, thread_id
+    def __init__(self, scope: Scope, key: UUID, seq: int) -> None:
+        self.scope, self.key = scope, key
         self.seq = seq  # the last persisted seq broadcast (or committed before the feed)
         self.members: dict[str, Follow] = {}
         self.followers: dict[str, Follow] = {}  # members and those catching up
@@ -71,13 +73,13 @@ class Feed:
 
 
 class Feeds:
-    """The feeds of one gateway, by thread."""
+    """The feeds of one gateway over one log, by key."""
 
-    def __init__(self, sio: socketio.AsyncServer, ator: Callable[[], Ator], *,
+    def __init__(self, sio: socketio.AsyncServer, log: Log, *,
                  outbox_bytes: int, slow_timeout: float,
                  disconnect: Callable[[str], None]) -> None:
         self.sio = sio
-        self._ator = ator
+        self.log = log
         self.outbox_bytes, self.slow_timeout = outbox_bytes, slow_timeout
         self._disconnect = disconnect
         self._feeds: dict[UUID, Feed] = {}
@@ -88,19 +90,21 @@ class Feeds:
     def count(self) -> int:
         return len(self._feeds)
 
-    async def follow(self, sid: str, scope: Scope, thread_id: UUID, after_seq: int) -> Follow:
+    def room(self, key: UUID) -> str:
+        return f"{self.log.room}:{key}"
+
+    async def follow(self, sid: str, scope: Scope, key: UUID, after_seq: int) -> Follow:
         """Start following: checks ownership (NotFound), then catches up in the background."""
-        ator = self._ator()
-        await ator.read_frames(scope, thread_id, after_seq=0, limit=1, check=True)
-        feed = await self._feed(scope, thread_id)
+        await self.log.check(scope, key)
+        feed = await self._feed(scope, key)
         eio_sid = self.sio.manager.eio_sid_from_sid(sid, "/")
-        follow = Follow(sid, eio_sid, scope, thread_id, after_seq)
+        follow = Follow(sid, eio_sid, scope, key, after_seq, self)
         feed.followers[sid] = follow
         follow.catching_up = asyncio.get_running_loop().create_task(self._catch_up(feed, follow))
         return follow
 
     async def unfollow(self, follow: Follow) -> None:
-        feed = self._feeds.get(follow.thread_id)
+        feed = self._feeds.get(follow.key)
         task, follow.catching_up = follow.catching_up, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -110,29 +114,28 @@ class Feeds:
         feed.members.pop(follow.sid, None)
         if feed.followers.get(follow.sid) is follow:
             del feed.followers[follow.sid]
-        if not feed.followers and self._feeds.get(feed.thread_id) is feed:
-            del self._feeds[feed.thread_id]
-            lock = self._opening.get(feed.thread_id)
+        if not feed.followers and self._feeds.get(feed.key) is feed:
+            del self._feeds[feed.key]
+            lock = self._opening.get(feed.key)
             if lock is not None and not lock.locked():
-                del self._opening[feed.thread_id]
+                del self._opening[feed.key]
             if feed.task is not None:
                 feed.task.cancel()
                 await asyncio.gather(feed.task, return_exceptions=True)
 
-    async def _feed(self, scope: Scope, thread_id: UUID) -> Feed:
-        lock = self._opening.setdefault(thread_id, asyncio.Lock())
+    async def _feed(self, scope: Scope, key: UUID) -> Feed:
+        lock = self._opening.setdefault(key, asyncio.Lock())
         async with lock:
-            feed = self._feeds.get(thread_id)
+            feed = self._feeds.get(key)
             if feed is None:
-                ator = self._ator()
-                seq, frames = await ator.open_feed(scope, thread_id, recheck=_RECHECK)
-                feed = self._feeds[thread_id] = Feed(Scope(scope.org_id), thread_id, seq)
+                seq, frames = await self.log.open(scope, key, recheck=_RECHECK)
+                feed = self._feeds[key] = Feed(Scope(scope.org_id), key, seq)
                 feed.task = asyncio.get_running_loop().create_task(self._run(feed, frames))
         return feed
 
     async def _run(self, feed: Feed, frames: AsyncGenerator[dict[str, Any] | None, None]
                    ) -> None:
-        """Broadcast the thread's frames for as long as anyone follows it. A failure (the
+        """Broadcast the log's frames for as long as anyone follows it. A failure (the
         coordinator or the database) does not end the feed: it resumes from the last seq
         it sent, so its sockets miss nothing but the deltas of the gap."""
         pause = _RETRY[0]
@@ -147,15 +150,14 @@ class Feeds:
                     self._broadcast(feed, frame)
                 return
             except (AtorError, OSError, TimeoutError):
-                log.warning("a thread feed failed; resuming from seq %d", feed.seq,
-                            exc_info=True)
+                log.warning("a %s feed failed; resuming from seq %d", self.log.room,
+                            feed.seq, exc_info=True)
             finally:
                 await frames.aclose()
             await asyncio.sleep(pause)
             pause = min(pause * 2, _RETRY[1])
-            ator = self._ator()
-            frames = ator.resume_feed(feed.scope, feed.thread_id, after_seq=feed.seq,
-                                      recheck=_RECHECK)
+            frames = self.log.resume(feed.scope, feed.key, after_seq=feed.seq,
+                                     recheck=_RECHECK)
 
     def _broadcast(self, feed: Feed, frame: dict[str, Any]) -> None:
         """Encode once, queue to every live member (no await: see the module)."""
@@ -179,11 +181,10 @@ class Feeds:
                 follow.seq = frame["seq"]
 
     async def _catch_up(self, feed: Feed, follow: Follow) -> None:
-        ator = self._ator()
         try:
             while follow.seq < feed.seq:
-                page = await ator.read_frames(follow.scope, follow.thread_id,
-                                         after_seq=follow.seq, limit=_PAGE)
+                page = await self.log.read(follow.scope, follow.key, after_seq=follow.seq,
+                                           limit=_PAGE)
                 if not page:
                     raise CoordinationError("the feed is ahead of the database")
                 for frame in page:
@@ -200,11 +201,11 @@ class Feeds:
         except (AtorError, OSError, TimeoutError) as exc:
             log.warning("a socket's catch-up failed", exc_info=True)
             problem = exc if isinstance(exc, AtorError) else CoordinationError(
-                "the thread could not be read; join again")
+                f"the {self.log.room} could not be read; join again")
             queue = self._queue(follow)
             if queue is not None:
-                queue.put_nowait(self._packet(error_frame(follow.thread_id, problem.code,
-                                                          problem.status, problem.message)))
+                queue.put_nowait(self._packet(self.log.error(follow.key, problem.code,
+                                                             problem.status, problem.message)))
             self._spawn_unfollow(follow)
 
     async def _drained(self, follow: Follow) -> Outbox | None:

@@ -6,15 +6,17 @@ Connect with an API key (`auth={"key": ...}` or `Authorization: Bearer`), or wit
 console's session cookie plus its CSRF token (`auth={"csrf": ...}`: a page on another site
 cannot know it, so it cannot ride the cookie): refused with a problem code when it is
 missing, revoked, expired or past the socket caps. Both go through `Ator.access`. The
-server puts the socket in `org:<org>` and `user:<user>`; a thread's room only through
-`join` after the ownership check. Every frame is the event `frame` with
+server puts the socket in `org:<org>` and `user:<user>`; a thread's or a workflow run's room
+only through `join` after the ownership check. Every frame is the event `frame` with
 `{v, seq, type, data}` (engine.stream).
 
 Commands, each acknowledged with `{"ok": true, ...}` or `{"ok": false, "error": {"code",
 "status", "detail"}}`, the key re-checked and the API's per-user rate limit counted first:
 - `join {thread_id, after_seq}`: exactly the frames after `after_seq` from the database, then
   live (no gap, no duplicate); joining again restarts from the new cursor.
-- `leave {thread_id}`; `send {thread_id, text, client_message_id}` (member);
+  `join {run_id, after_seq}`: the same for a workflow run's events (room `run:<id>`, the
+  same replay code over the run's log, realtime.logs; step progress coalesced).
+- `leave {thread_id}` or `leave {run_id}`; `send {thread_id, text, client_message_id}` (member);
   `stop {thread_id}` (member).
 Any other event name is answered `{"ok": false, "error": {"code": "unknown_command", …}}`.
 `send` is checked by the runtime's one message rule, as `POST …/messages` is.
@@ -52,6 +54,7 @@ from ator.errors import (
 from ator.obs.logging import get_logger
 from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
+from ator.realtime.logs import RunLog, ThreadLog
 from ator.realtime.managers import LocalManager, RedisManager
 from ator.realtime.outbox import Outbox, Server
 from ator.security.roles import check_role
@@ -96,6 +99,7 @@ class SocketServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._unwatch: Callable[[], None] | None = None
         self.feeds: Feeds | None = None
+        self.run_feeds: Feeds | None = None
         self.sio.on("connect", self._connect)
         self.sio.on("disconnect", self._disconnect)
         commands: dict[str, Handler] = {"join": self._join, "leave": self._leave,
@@ -115,10 +119,13 @@ class SocketServer:
         s = ator.settings
         self._counts = SocketCounts(per_user=s.max_sockets_per_user, per_org=s.max_sockets_per_org)
         self._unwatch = ator.publisher.watch(self._on_events)
-        self.feeds = Feeds(self.sio, lambda: self.ator, outbox_bytes=s.socket_outbox_bytes,
-                           slow_timeout=s.socket_slow_timeout,
-                           disconnect=lambda sid: self._spawn(
-                               self.sio.disconnect(sid, ignore_queue=True)))
+        def disconnect(sid: str) -> None:
+            self._spawn(self.sio.disconnect(sid, ignore_queue=True))
+
+        self.feeds, self.run_feeds = (
+            Feeds(self.sio, log(lambda: self.ator), outbox_bytes=s.socket_outbox_bytes,
+                  slow_timeout=s.socket_slow_timeout, disconnect=disconnect)
+            for log in (ThreadLog, RunLog))
         self._spawn(self._recheck_every(s.socket_recheck_interval))
         self._spawn(self._sweep_every(s.socket_slow_timeout))
         if not self.sio.manager_initialized:
@@ -174,7 +181,7 @@ class SocketServer:
         conn = self._conns.pop(sid, None)
         if conn is not None:
             for follow in list(conn.follows.values()):
-                await self._feeds().unfollow(follow)
+                await follow.feeds.unfollow(follow)
             conn.follows.clear()
             assert self._counts is not None
             self._counts.give_back(conn.principal)
@@ -260,36 +267,43 @@ class SocketServer:
                                   retry_after=window - (time.time() % window))
 
     async def _join(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
-        thread_id = _thread_id(payload)
+        feeds, key, field = self._target(payload)
         after_seq = payload.get("after_seq", 0)
         if not isinstance(after_seq, int) or isinstance(after_seq, bool) or not (
                 0 <= after_seq <= 2**62):
             raise ValidationFailed("after_seq must be a seq (an integer >= 0)",
                                    code="invalid_cursor")
-        conn.check_room_limit(thread_id, self.ator.settings.max_socket_rooms)
-        old = conn.follows.pop(thread_id, None)
+        room = feeds.room(key)
+        conn.check_room_limit(room, self.ator.settings.max_socket_rooms)
+        old = conn.follows.pop(room, None)
         if old is not None:
-            await self._feeds().unfollow(old)
-        # NotFound for another org's thread, before anything is joined
-        follow = await self._feeds().follow(conn.sid, conn.principal.scope, thread_id,
-                                            after_seq)
+            await feeds.unfollow(old)
+        # NotFound for another org's thread or run, before anything is joined
+        follow = await feeds.follow(conn.sid, conn.principal.scope, key, after_seq)
         if self._conns.get(conn.sid) is not conn:
             # The socket went while the follow was set up (its drop already ran): nothing
             # may stay registered for it, and socket.io has no room for it to enter.
-            await self._feeds().unfollow(follow)
+            await feeds.unfollow(follow)
             raise Unauthenticated("not connected")
-        conn.follows[thread_id] = follow
-        room = f"thread:{thread_id}"
+        conn.follows[room] = follow
         await self.sio.enter_room(conn.sid, room)
-        return {"thread_id": str(thread_id), "after_seq": after_seq, "room": room}
+        return {field: str(key), "after_seq": after_seq, "room": room}
 
     async def _leave(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
-        thread_id = _thread_id(payload)
-        follow = conn.follows.pop(thread_id, None)
+        feeds, key, field = self._target(payload)
+        room = feeds.room(key)
+        follow = conn.follows.pop(room, None)
         if follow is not None:
-            await self._feeds().unfollow(follow)
-        await self.sio.leave_room(conn.sid, f"thread:{thread_id}")
-        return {"thread_id": str(thread_id), "left": follow is not None}
+            await feeds.unfollow(follow)
+        await self.sio.leave_room(conn.sid, room)
+        return {field: str(key), "left": follow is not None}
+
+    def _target(self, payload: dict[str, Any]) -> tuple[Feeds, UUID, str]:
+        """The feeds and key a join or leave names: a `run_id`, else a `thread_id`."""
+        if "run_id" in payload:
+            assert self.run_feeds is not None, "attach() first"
+            return self.run_feeds, _id(payload, "run_id"), "run_id"
+        return self._feeds(), _thread_id(payload), "thread_id"
 
     async def _send(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
         _require(conn.principal, "member")
@@ -354,10 +368,15 @@ def _key_from(environ: dict[str, Any], auth: Any) -> str | None:
 
 
 def _thread_id(payload: dict[str, Any]) -> UUID:
+    return _id(payload, "thread_id")
+
+
+def _id(payload: dict[str, Any], field: str) -> UUID:
     try:
-        return UUID(str(payload.get("thread_id")))
+        return UUID(str(payload.get(field)))
     except ValueError as exc:
-        raise ValidationFailed("thread_id must be a thread's id", code="invalid_command") \
+        what = field.removesuffix("_id")
+        raise ValidationFailed(f"{field} must be a {what}'s id", code="invalid_command") \
             from exc
 
 

@@ -33,6 +33,7 @@ import asyncpg
 import sqlalchemy as sa
 
 from ator.errors import Conflict
+from ator.store import notify
 from ator.store.database import Connection, Database
 from ator.store.scope import Scope
 
@@ -388,26 +389,8 @@ async def prune(db: Database, *, state: str, age: float, limit: int = 10_000) ->
 
 @asynccontextmanager
 async def listen(db: Database, on_notify: Callable[[], None]) -> AsyncIterator[asyncio.Event]:
-    """LISTEN on the jobs channel on a connection held for the block; `on_notify` is called
-    (synchronously) for every notification. Yields an event set when the connection is lost
-    (the caller listens again; it polls meanwhile). Raises when no connection can be had."""
-    lost = asyncio.Event()
-
-    def handler(_conn: object, _pid: int, _channel: str, _payload: str) -> None:
-        on_notify()
-
-    def terminated(_conn: object) -> None:
-        lost.set()
-
-    conn = await db.pool.acquire()
-    try:
-        conn.add_termination_listener(terminated)
-        await conn.add_listener(CHANNEL, handler)
-        try:
-            yield lost
-        finally:
-            conn.remove_termination_listener(terminated)
-            if not conn.is_closed():
-                await conn.remove_listener(CHANNEL, handler)  # also UNLISTENs
-    finally:
-        await db.pool.release(conn)
+    """LISTEN on the jobs channel on a connection held for the block (store/notify.py);
+    `on_notify` is called (synchronously) for every notification. Yields an event set when
+    the connection is lost (the caller listens again; it polls meanwhile)."""
+    async with notify.listen(db, CHANNEL, lambda _payload: on_notify()) as lost:
+        yield lost

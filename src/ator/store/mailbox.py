@@ -3,7 +3,10 @@
 `submit` inserts an item unique per (thread, client_message_id), so a resend, even a
 concurrent one, is a no-op that returns the item already there; a client id reused for
 different content (or by another sender) is refused as an `idempotency_conflict`. Items are
-drained by `store.turns.start_turn`; `pending_threads` lets the reaper find threads with
+drained by `store.turns.start_turn`; `notify` and `pending_notices` are the one path of a
+notice from a feature (a subagent's or a workflow run's result): an item whose client id is
+its claim (`<feature>:<id>`), inserted at most once per thread, and read back between steps
+by prefix (agent/notices.py); `pending_threads` lets the reaper find threads with
 work that no replica picked up (the replica that took the message died before running it).
 """
 
@@ -22,7 +25,7 @@ from ator.store.records import MailboxItem
 from ator.store.schema import mailbox
 from ator.store.scope import Scope
 
-__all__ = ["pending_threads", "submit"]
+__all__ = ["notify", "pending_notices", "pending_threads", "submit"]
 
 
 _SUBMIT = sa.text("""
@@ -112,3 +115,32 @@ async def pending_threads(
     """)
     rows = await db.read(stmt, {"age": older_than, "limit": limit})
     return [(r.org_id, r.thread_id) for r in rows]
+
+
+async def notify(db: Database, scope: Scope, thread_id: UUID, *, claim: str,
+                 content: dict[str, Any]) -> bool:
+    """Insert a notice claimed by `claim` (its client id): True when this call inserted it,
+    False when the claim was taken before (whoever raced) or the thread is gone. The insert
+    is the claim, so a notice reaches a thread at most once."""
+    # The submit's own insert, with no sender: the claim is the client id it is unique by.
+    rows = await db.fetch(_SUBMIT, {"id": uuid.uuid4(), "org_id": scope.org_id,
+                                    "thread_id": thread_id, "cmid": claim,
+                                    "kind": "notification", "sender": None,
+                                    "content": jsonenc.dumps(content)}, write=True)
+    return bool(rows)
+
+
+async def pending_notices(
+    db: Database, scope: Scope, thread_id: UUID, prefix: str
+) -> list[tuple[UUID, str, dict[str, Any]]]:
+    """Notices whose claim starts with `prefix` waiting in the thread's mailbox: (mailbox
+    id, client id, content), in the order they were persisted."""
+    stmt = sa.text("""
+        SELECT id, client_message_id, content FROM mailbox
+         WHERE thread_id = :id AND org_id = :org_id AND turn_id IS NULL
+           AND kind = 'notification' AND starts_with(client_message_id, :prefix)
+         ORDER BY created_at, id
+    """)
+    rows = await db.fetch(stmt, {"id": thread_id, "org_id": scope.org_id, "prefix": prefix},
+                          write=False)
+    return [(r["id"], r["client_message_id"], dict(r["content"])) for r in rows]

@@ -1,10 +1,10 @@
 """Schedule rows (layer: store; imports sqlalchemy, asyncpg, ator.store.*).
 
 `due` locks the schedules whose next tick has come (or that hold a buffered tick) with
-`FOR UPDATE SKIP LOCKED`; the caller enqueues their jobs and `advance`s them in the same
-transaction, conditionally on the `next_tick` it read. Two replicas therefore never fire one
-tick twice: the second either skips the locked row or, after the first committed, no longer
-finds it due.
+`FOR NO KEY UPDATE SKIP LOCKED` (a foreign key's check on a schedule does not hide it); the
+caller enqueues their jobs and `advance`s them in the same transaction, conditionally on the
+`next_tick` it read. Two replicas therefore never fire one tick twice: the second either
+skips the locked row or, after the first committed, no longer finds it due.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from ator.errors import Conflict
 from ator.store.database import Connection, Database
 from ator.store.scope import Scope
 
-__all__ = ["ScheduleRow", "advance", "create", "delete", "due", "list_for"]
+__all__ = ["ScheduleRow", "advance", "create", "delete", "due", "get", "list_for", "page",
+           "set_enabled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +56,34 @@ RETURNING {_COLUMNS}
 
 _LIST = sa.text(f"SELECT {_COLUMNS} FROM schedules WHERE org_id = :org_id ORDER BY name")
 
+_PAGE = sa.text(f"""
+SELECT {_COLUMNS} FROM schedules
+ WHERE org_id = :org_id AND (CAST(:after AS text) IS NULL OR name > :after)
+ ORDER BY name LIMIT :limit
+""")
+
+_GET = sa.text(f"SELECT {_COLUMNS} FROM schedules WHERE id = :id AND org_id = :org_id")
+
+# Resuming moves the next tick to the first one after now: the ticks of the pause are not
+# fired late (the catch-up window is for a scheduler that was down, not for a pause).
+_SET_ENABLED = sa.text(f"""
+UPDATE schedules SET enabled = :enabled, pending = NULL,
+       next_tick = COALESCE(CAST(:next_tick AS timestamptz), next_tick)
+ WHERE id = :id AND org_id = :org_id RETURNING {_COLUMNS}
+""")
+
 _DELETE = sa.text("DELETE FROM schedules WHERE id = :id AND org_id = :org_id RETURNING id")
 
+# FOR NO KEY UPDATE, not FOR UPDATE: the pass changes no key, and FOR UPDATE also conflicts
+# with the KEY SHARE lock a foreign key check takes. A firing's run that records its
+# schedule (run_origins.schedule_id) holds that lock while its start commits, and SKIP
+# LOCKED then passed the schedule over: under load, pass after pass, until its ticks fell
+# out of the catch-up window and were lost.
 _DUE = sa.text(f"""
 SELECT {_COLUMNS} FROM schedules
  WHERE enabled AND (next_tick <= :now OR pending IS NOT NULL)
  ORDER BY next_tick LIMIT :limit
- FOR UPDATE SKIP LOCKED
+ FOR NO KEY UPDATE SKIP LOCKED
 """)
 
 _ADVANCE = sa.text("""
@@ -95,6 +117,28 @@ async def create(
 
 async def list_for(db: Database, scope: Scope) -> list[ScheduleRow]:
     return [_row(r) for r in await db.fetch(_LIST, {"org_id": scope.org_id}, write=False)]
+
+
+async def page(db: Database, scope: Scope, *, after: str | None,
+               limit: int) -> list[ScheduleRow]:
+    """The org's schedules by name, after the name `after` (a cursor)."""
+    rows = await db.fetch(_PAGE, {"org_id": scope.org_id, "after": after, "limit": limit},
+                          write=False)
+    return [_row(r) for r in rows]
+
+
+async def get(db: Database, scope: Scope, schedule_id: UUID) -> ScheduleRow | None:
+    rows = await db.fetch(_GET, {"id": schedule_id, "org_id": scope.org_id}, write=False)
+    return _row(rows[0]) if rows else None
+
+
+async def set_enabled(db: Database, scope: Scope, schedule_id: UUID, *, enabled: bool,
+                      next_tick: datetime | None) -> ScheduleRow | None:
+    """Pause or resume (with the next tick to move to, on resume). None: not the org's."""
+    rows = await db.fetch(_SET_ENABLED, {"id": schedule_id, "org_id": scope.org_id,
+                                         "enabled": enabled, "next_tick": next_tick},
+                          write=True)
+    return _row(rows[0]) if rows else None
 
 
 async def delete(db: Database, scope: Scope, schedule_id: UUID) -> bool:

@@ -28,6 +28,7 @@ __all__ = [
     "orgs",
     "prompt_versions",
     "provider_sessions",
+    "run_origins",
     "schedules",
     "secrets",
     "sessions",
@@ -702,4 +703,28 @@ workflow_events = sa.Table(
     sa.Column("data", JSONB, nullable=False),
     _created(),
     sa.PrimaryKeyConstraint("run_id", "seq"),
+)
+
+# Where a run came from (store/run_origins.py): a schedule's tick, or a conversation's tool
+# call, which is told the run's result once when it ends.
+run_origins = sa.Table(
+    "run_origins",
+    metadata,
+    sa.Column("run_id", UUID(as_uuid=True),
+              sa.ForeignKey("workflow_runs.id", ondelete="CASCADE"), primary_key=True),
+    _org(),
+    sa.Column("schedule_id", UUID(as_uuid=True),
+              sa.ForeignKey("schedules.id", ondelete="SET NULL"), nullable=True),
+    sa.Column("tick", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("thread_id", UUID(as_uuid=True),
+              sa.ForeignKey("threads.id", ondelete="SET NULL"), nullable=True),
+    sa.Column("tool_use_id", sa.Text, nullable=True),
+    sa.Column("budget", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    _created(),
+    sa.Index("ix_run_origins_schedule", "schedule_id",
+             postgresql_where=sa.text("schedule_id IS NOT NULL")),
+    sa.Index("ix_run_origins_thread", "thread_id",
+             postgresql_where=sa.text("thread_id IS NOT NULL")),
+    sa.Index("uq_run_origins_call", "thread_id", "tool_use_id", unique=True,
+             postgresql_where=sa.text("tool_use_id IS NOT NULL")),
 )

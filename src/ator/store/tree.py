@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from ator import jsonenc
 from ator.errors import NotFound, ValidationFailed
 from ator.security.untrusted import neutralize
+from ator.store import mailbox
 from ator.store.database import Database
 from ator.store.parts import PartSql
 from ator.store.records import TreeNode as Node
@@ -40,6 +41,7 @@ from ator.store.scope import Scope
 
 __all__ = [
     "PAGE_CHARS",
+    "RESULT_CMID",
     "RESULT_SQL",
     "SUMMARY_CHARS",
     "TURN_SQL",
@@ -460,16 +462,8 @@ async def final_text(db: Database, scope: Scope, thread_id: UUID) -> str:
 async def pending_results(
     db: Database, scope: Scope, thread_id: UUID
 ) -> list[tuple[UUID, str, dict[str, Any]]]:
-    """Subagent results waiting in the thread's mailbox: (mailbox id, client id, content),
-    in the order they were persisted."""
-    stmt = sa.text("""
-        SELECT id, client_message_id, content FROM mailbox
-         WHERE thread_id = :id AND org_id = :org_id AND turn_id IS NULL
-           AND kind = 'notification' AND client_message_id LIKE 'subagent:%'
-         ORDER BY created_at, id
-    """)
-    rows = await db.fetch(stmt, {"id": thread_id, "org_id": scope.org_id}, write=False)
-    return [(r["id"], r["client_message_id"], dict(r["content"])) for r in rows]
+    """Subagent results waiting in the thread's mailbox (store.mailbox.pending_notices)."""
+    return await mailbox.pending_notices(db, scope, thread_id, RESULT_CMID)
 
 
 async def spend(db: Database, scope: Scope, thread_id: UUID, root_id: UUID) -> TreeSpend:

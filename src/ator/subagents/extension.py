@@ -16,7 +16,7 @@ from ator.agent.extension import Extension, Kernel, TurnEnd, TurnField
 from ator.agent.hooks import LoopHook
 from ator.store.tree import TURN_SQL
 from ator.subagents.caps import SubagentTurn
-from ator.subagents.service import ChildBudget, ResultInjector, Results, Subagents
+from ator.subagents.service import ChildBudget, Results, Subagents, result_injector
 from ator.subagents.tools import subagent_tools
 from ator.tools.base import Tool
 
@@ -35,7 +35,7 @@ class SubagentsExtension(Extension):
         return subagent_tools()
 
     def hooks(self) -> Sequence[LoopHook]:
-        return [ResultInjector(self.service), ChildBudget(self.service, self._prices)]
+        return [result_injector(self.service), ChildBudget(self.service, self._prices)]
 
     def ends(self) -> Sequence[TurnEnd]:
         return [Results(self.service)]

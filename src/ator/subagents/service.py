@@ -6,9 +6,9 @@ subagents; imports agent, providers.base, store, errors).
     child's final write ─► Results (a TurnEnd): push one result into the parent's mailbox
                    in the same statement; the item's unique client id `subagent:<child>`
                    is the claim (exactly once, whoever races) ─► wake the parent
-    parent busy ─► ResultInjector (between_steps): pending results are persisted as events
-                   of the running turn (taking them from the mailbox in that write), then
-                   shown; an idle parent gets them as its next turn
+    parent busy ─► result_injector (agent/notices.py, between_steps): pending results are
+                   persisted as events of the running turn (taking them from the mailbox
+                   in that write), then shown; an idle parent gets them as its next turn
     child's calls ─► ChildBudget (before_call): its own budget and the tree's
     stop ─► Subagents.cascade: mark the subtree cancelled (results dropped), abort its turns
                    on whichever replica runs them
@@ -32,7 +32,8 @@ from uuid import UUID
 
 from ator.agent.caps import CapCeilings, CapGroup
 from ator.agent.extension import Waker
-from ator.agent.hooks import Injection, LoopHook, StopTurn
+from ator.agent.hooks import LoopHook, StopTurn
+from ator.agent.notices import NoticeInjector
 from ator.agent.state import TurnContext, TurnState
 from ator.cost.estimate import worst_case_usd
 from ator.cost.prices import PriceTable
@@ -48,7 +49,7 @@ from ator.store.scope import Scope
 from ator.store.tree import PAGE_CHARS, render, status_of_turn
 from ator.subagents.caps import TREE_CAPS, SubagentTurn, bound, subagent_caps, tool_bounds
 
-__all__ = ["ChildBudget", "ResultInjector", "Results", "Subagents", "Waker", "tool_bounds"]
+__all__ = ["ChildBudget", "Results", "Subagents", "Waker", "result_injector", "tool_bounds"]
 
 _CAP_HELP = {
     "depth": ("a subagent spawned here would be {current} levels deep, beyond the cap of "
@@ -315,23 +316,16 @@ class Results:
             await self.service.waker.notify(Scope(turn.org_id), parent)
 
 
-class ResultInjector(LoopHook):
-    """A busy parent gets its children's results between steps, persisted first. Only a
-    thread with children still running looks (one read per step); others cost nothing."""
+def result_injector(service: Subagents) -> NoticeInjector:
+    """A busy parent gets its children's results between steps, persisted first
+    (agent/notices.py). Only a thread with children still running looks (one read per
+    step); others cost nothing."""
 
-    def __init__(self, service: Subagents) -> None:
-        self.service = service
-
-    async def between_steps(self, turn: TurnContext, state: TurnState) -> Sequence[Injection]:
+    def wants(turn: TurnContext) -> bool:
         place = turn.get(SubagentTurn)
-        if (place is None or place.children == 0) \
-                and turn.turn_id not in self.service.spawned_in:
-            return ()
-        pending = await tree_store.pending_results(self.service.db, Scope(turn.org_id),
-                                                   turn.thread_id)
-        return [Injection("notification", {**content, "client_message_id": cmid,
-                                           "mailbox_id": str(mid)}, mailbox_ids=(mid,))
-                for mid, cmid, content in pending]
+        return (place is not None and place.children > 0) or turn.turn_id in service.spawned_in
+
+    return NoticeInjector(service.db, tree_store.RESULT_CMID, wants)
 
 
 class ChildBudget(LoopHook):

@@ -1,9 +1,14 @@
 """Workflows as an extension of the kernel (layer: workflows; imports agent.extension,
 ator.jobs, ator.workflows.*).
 
-Contributes the `Workflows` service and two job kinds: `workflow.reconcile` (the run's
-one reconciler) and `workflow.step` (one step attempt). Its tables come with the core
-migrations (0012). The HTTP routes are `ator.api.workflows` (the API layer mounts them).
+Contributes the `Workflows` service and its job kinds: `workflow.reconcile` (the run's
+one reconciler), `workflow.step` (one step attempt), `workflow.scheduled` (a schedule's
+firing starts a run: `RunSchedules`, workflows/scheduled.py) and `workflow.notify` (a run
+that ends tells the conversation that started it: workflows/told.py); the agent tools
+(workflows/tools.py) with their between-steps notices, per-turn count and turn end;
+`RunEvents` (workflows/live.py) for live readers of a run's events. Its
+tables come with the core migrations (0012, 0017). The HTTP routes are
+`ator.api.workflows` and `ator.api.schedules` (the API layer mounts them).
 """
 
 from __future__ import annotations
@@ -11,13 +16,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ator.agent.extension import Extension, Kernel
-from ator.jobs import JobKind, JobKinds, JobQueue
+from ator.agent.extension import Extension, Kernel, TurnEnd, TurnField
+from ator.agent.hooks import LoopHook
+from ator.jobs import JobKind, JobKinds, JobQueue, Schedules
+from ator.store.run_origins import NOTIFY_KIND
+from ator.tools.base import Tool
 from ator.workflows.expressions import Expressions
 from ator.workflows.kinds import RECONCILE, STEP
+from ator.workflows.live import RunEvents
 from ator.workflows.reconciler import Reconciler
+from ator.workflows.scheduled import BUFFER_ATTEMPTS, SCHEDULED, RunSchedules
 from ator.workflows.service import Workflows
 from ator.workflows.steps import StepRunner
+from ator.workflows.told import OPEN_RUNS_SQL, OpenRuns, RunTeller
+from ator.workflows.tools import workflow_tools
 
 __all__ = ["WorkflowsExtension"]
 
@@ -35,6 +47,10 @@ class WorkflowsExtension(Extension):
             JobKind(RECONCILE, self._reconcile, max_attempts=100, backoff_base=0.2,
                     backoff_cap=5.0, priority=1),
             JobKind(STEP, self._step, max_attempts=5, backoff_base=0.5, timeout=120.0),
+            JobKind(SCHEDULED, self._scheduled, max_attempts=BUFFER_ATTEMPTS,
+                    backoff_base=1.0, backoff_cap=60.0, timeout=60.0),
+            JobKind(NOTIFY_KIND, self._notify, max_attempts=10, backoff_base=0.5,
+                    timeout=60.0),
         ])
         # The queue this extension enqueues on knows its own kinds (their attempts policy).
         queue = JobQueue(kernel.db, self._kinds)
@@ -44,6 +60,9 @@ class WorkflowsExtension(Extension):
                                      value_bytes=s.workflow_value_bytes,
                                      pause_ttl=s.workflow_pause_ttl)
         self.steps = StepRunner(kernel.db, queue, self.expressions)
+        self.schedules = RunSchedules(Schedules(kernel.db, self._kinds), self.workflows)
+        self.teller = RunTeller(kernel.db, kernel.waker)
+        self.live = RunEvents(kernel.db)
 
     async def _reconcile(self, ctx: Any, payload: dict[str, Any]) -> None:
         await self.reconciler.handle(ctx, payload)
@@ -51,11 +70,31 @@ class WorkflowsExtension(Extension):
     async def _step(self, ctx: Any, payload: dict[str, Any]) -> None:
         await self.steps.handle(ctx, payload)
 
+    async def _scheduled(self, ctx: Any, payload: dict[str, Any]) -> None:
+        await self.schedules.fire(ctx, payload)
+
+    async def _notify(self, ctx: Any, payload: dict[str, Any]) -> None:
+        await self.teller.handle(ctx, payload)
+
     def job_kinds(self) -> Sequence[Any]:
         return list(self._kinds)
 
+    def tools(self) -> Sequence[Tool]:
+        return workflow_tools()
+
+    def hooks(self) -> Sequence[LoopHook]:
+        return [self.teller.injector()]
+
+    def ends(self) -> Sequence[TurnEnd]:
+        return [self.teller]
+
+    def fields(self) -> Sequence[TurnField]:
+        return [TurnField("workflow_runs", OPEN_RUNS_SQL, OpenRuns.build)]
+
     def services(self) -> Mapping[type, object]:
-        return {Workflows: self.workflows}
+        return {Workflows: self.workflows, RunSchedules: self.schedules,
+                RunTeller: self.teller, RunEvents: self.live}
 
     async def aclose(self) -> None:
+        await self.live.aclose()
         self.expressions.close()

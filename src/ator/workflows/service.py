@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -20,9 +21,11 @@ from uuid import UUID
 from ator.errors import Conflict, NotFound
 from ator.jobs import JobQueue
 from ator.settings import Settings
+from ator.store import run_origins as origin_store
 from ator.store import workflow_steps as step_store
 from ator.store import workflows as run_store
 from ator.store.database import Connection, Database, Row
+from ator.store.run_origins import Origin
 from ator.store.scope import Scope
 from ator.store.workflows import NewRun
 from ator.workflows.kinds import wake
@@ -83,24 +86,35 @@ class Workflows:
     # Runs ---------------------------------------------------------------------------------
 
     async def start(self, scope: Scope, workflow_id: UUID, input: Any, *,
-                    key: str | None = None, version: int | None = None) -> tuple[Row, bool]:
+                    key: str | None = None, version: int | None = None,
+                    budget: Mapping[str, Any] | None = None,
+                    origin: Origin | None = None) -> tuple[Row, bool]:
         """Start a run of a published version (the latest by default): (run, created).
-        Raises NotFound, ValidationFailed (`input_invalid`), or Conflict when the key
-        belongs to a run of another workflow."""
+        `budget` (`max_steps`, `wall_clock_s`) can only lower the recipe's; `origin` (a
+        schedule's tick, a conversation's tool call) is written with the run. Raises
+        NotFound, ValidationFailed (`input_invalid`), or Conflict when the key belongs to a
+        run of another workflow."""
         pinned = await self.version(scope, workflow_id, version)
         recipe: dict[str, Any] = pinned["recipe"]
         validate_input(recipe, input)
-        budget = recipe.get("budget", {})
+        own = recipe.get("budget", {})
+        given = budget or {}
         s = self.settings
+        max_steps = min(own.get("max_steps", s.workflow_max_steps), s.workflow_max_steps_ceiling)
+        wall_clock = min(float(own.get("wall_clock_s", s.workflow_wall_clock)),
+                         s.workflow_wall_clock_ceiling)
+        if given.get("max_steps") is not None:
+            max_steps = min(max_steps, int(given["max_steps"]))
+        if given.get("wall_clock_s") is not None:
+            wall_clock = min(wall_clock, float(given["wall_clock_s"]))
         new = NewRun(workflow_id=workflow_id, version=pinned["version"], recipe=recipe,
-                     input=input, idempotency_key=key,
-                     max_steps=min(budget.get("max_steps", s.workflow_max_steps),
-                                   s.workflow_max_steps_ceiling),
-                     wall_clock_s=min(float(budget.get("wall_clock_s", s.workflow_wall_clock)),
-                                      s.workflow_wall_clock_ceiling))
+                     input=input, idempotency_key=key, max_steps=max_steps,
+                     wall_clock_s=wall_clock)
         async with self.db.begin() as conn:
             run, created = await run_store.start_run(conn, scope, new)
             if created:
+                if origin is not None:
+                    await origin_store.insert(conn, scope, run["id"], origin)
                 await self._changed(conn, scope, run["id"], "run_started",
                                     {"version": run["version"]})
         if run["workflow_id"] != workflow_id:
