@@ -170,9 +170,9 @@ def build_messages(events: Iterable[dict[str, Any]]) -> list[Message]:
             push("user", [result_block(r) for r in results] + [_late(r) for r in late])
         elif kind == "turn_ended":
             kept = {str(h.get("tool_use_id")) for h in data.get("held") or ()}
-            for tid in kept & pending_calls.keys():
-                held[tid] = pending_calls.pop(tid)
+            waiting = {tid: pending_calls.pop(tid) for tid in kept & pending_calls.keys()}
             close_dangling(f"the turn ended ({data.get('stop_reason', 'unknown')})")
+            held.update(waiting)
             note = interruption_note(data)
     close_dangling("the turn ended before the tool finished")
     # A history must start with the user; drop a leading assistant message if any.

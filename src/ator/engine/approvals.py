@@ -49,7 +49,7 @@ from ator.tools.base import Caller, ToolCall
 from ator.tools.policy import ToolPolicy
 from ator.tools.registry import ToolRegistry
 
-__all__ = ["EXPIRE", "Approvals", "DecisionKind", "ToolDecisions", "tool_results"]
+__all__ = ["EXPIRE", "Approvals", "Decision", "DecisionKind", "ToolDecisions", "tool_results"]
 
 EXPIRE = "approvals.expire"
 Watcher = Callable[[Scope, store.Action], None]
