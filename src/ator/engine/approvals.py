@@ -49,7 +49,8 @@ from ator.tools.base import Caller, ToolCall
 from ator.tools.policy import ToolPolicy
 from ator.tools.registry import ToolRegistry
 
-__all__ = ["EXPIRE", "Approvals", "Decision", "DecisionKind", "ToolDecisions", "tool_results"]
+__all__ = ["EXPIRE", "Approvals", "Decision", "DecisionKind", "ToolDecisions", "action_view",
+           "tool_results"]
 
 EXPIRE = "approvals.expire"
 Watcher = Callable[[Scope, store.Action], None]
@@ -65,6 +66,23 @@ def tool_results(action: store.Action, content: str, *, is_error: bool,
         "content": content, "is_error": is_error, "duration_ms": duration_ms,
         "truncated_from": truncated_from}],
         "approval": {"id": str(action.id), "status": action.status}}
+
+
+def action_view(a: store.Action) -> dict[str, Any]:
+    """A pending action as the API, the socket and the console show it."""
+    def at(value: Any) -> str | None:
+        return value.isoformat() if value is not None else None
+
+    return {
+        "id": str(a.id), "kind": a.kind, "status": a.status,
+        "thread_id": str(a.thread_id) if a.thread_id else None,
+        "turn_id": str(a.turn_id) if a.turn_id else None, "tool_use_id": a.tool_use_id,
+        "name": a.name, "arguments": a.arguments, "subject": a.subject,
+        "decided_arguments": a.decided_arguments, "reason": a.reason,
+        "decided_by": str(a.decided_by) if a.decided_by else None,
+        "decided_at": at(a.decided_at), "expires_at": at(a.expires_at),
+        "result": a.result, "executed_at": at(a.executed_at), "created_at": at(a.created_at),
+    }
 
 
 class DecisionKind(Protocol):
@@ -182,6 +200,16 @@ class Approvals:
     async def pending(self, scope: Scope, *, limit: int = 50,
                       cursor: str | None = None) -> store.PendingPage:
         return await store.list_pending(self.db, scope, limit=limit, cursor=cursor)
+
+    async def settings(self, scope: Scope) -> dict[str, Any]:
+        """The org's approval settings."""
+        return {"approve_mcp_writes": await store.mcp_writes(self.db, scope)}
+
+    async def set_settings(self, scope: Scope, *, approve_mcp_writes: bool) -> dict[str, Any]:
+        """Require (or not) approval of every MCP tool not marked read-only in the org."""
+        if not await store.set_mcp_writes(self.db, scope, approve_mcp_writes):
+            raise NotFound("org not found")
+        return {"approve_mcp_writes": approve_mcp_writes}
 
     # Holding outside a turn -------------------------------------------------------------
 

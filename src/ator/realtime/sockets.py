@@ -15,17 +15,19 @@ Commands, each acknowledged with `{"ok": true, ...}` or `{"ok": false, "error": 
 - `join {thread_id, after_seq}`: exactly the frames after `after_seq` from the database, then
   live (no gap, no duplicate); joining again restarts from the new cursor.
 - `leave {thread_id}`; `send {thread_id, text, client_message_id}` (member);
-  `stop {thread_id}` (member).
+  `stop {thread_id}` (member); `decide {approval_id, decision, arguments?, reason?}`
+  (member: realtime/approvals.py).
 Any other event name is answered `{"ok": false, "error": {"code": "unknown_command", …}}`.
 `send` is checked by the runtime's one message rule, as `POST …/messages` is.
 
 Token deltas are volatile: dropped for a socket whose transport lags. A socket whose outbox
 (realtime.outbox) has not drained for `ATOR_SOCKET_SLOW_TIMEOUT` is disconnected. The org room gets
 `turn.started` (with the thread's `parent_id` / `root_id`, so a subagent tree view knows a
-new child) / `turn.ended` (busy/idle, with usage and cost) from the replica running the
-turn; with `ATOR_REDIS_URL` the socket.io Redis manager carries them (and any room emit) to
-sockets on every replica, while a thread's frames are relayed by the replica holding the
-socket from the coordinator's channels.
+new child) / `turn.ended` (busy/idle, with usage and cost, and the calls it `held` for a
+decision) from the replica running the turn, and `approval.decided` from the replica where
+a decision committed; with `ATOR_REDIS_URL` the socket.io Redis manager carries them (and
+any room emit) to sockets on every replica, while a thread's frames are relayed by the
+replica holding the socket from the coordinator's channels.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from uuid import UUID
 import socketio  # type: ignore[import-untyped]
 
 from ator.engine.access import Access
+from ator.engine.approvals import Approvals, action_view
 from ator.engine.runtime import Ator
 from ator.engine.wire import turn_frame
 from ator.errors import (
@@ -50,6 +53,7 @@ from ator.errors import (
     ValidationFailed,
 )
 from ator.obs.logging import get_logger
+from ator.realtime import approvals
 from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
 from ator.realtime.managers import LocalManager, RedisManager
@@ -99,7 +103,8 @@ class SocketServer:
         self.sio.on("connect", self._connect)
         self.sio.on("disconnect", self._disconnect)
         commands: dict[str, Handler] = {"join": self._join, "leave": self._leave,
-                                        "send": self._send, "stop": self._stop}
+                                        "send": self._send, "stop": self._stop,
+                                        "decide": self._decide}
         for name, handler in commands.items():
             self.sio.on(name, self._command(handler))
         self.sio.on("*", self._unknown)
@@ -114,7 +119,14 @@ class SocketServer:
         self._ator = ator
         s = ator.settings
         self._counts = SocketCounts(per_user=s.max_sockets_per_user, per_org=s.max_sockets_per_org)
-        self._unwatch = ator.publisher.watch(self._on_events)
+        unwatch = [ator.publisher.watch(self._on_events),
+                   ator.service(Approvals).watch(self._on_decided)]
+
+        def unwatch_all() -> None:
+            for fn in unwatch:
+                fn()
+
+        self._unwatch = unwatch_all
         self.feeds = Feeds(self.sio, lambda: self.ator, outbox_bytes=s.socket_outbox_bytes,
                            slow_timeout=s.socket_slow_timeout,
                            disconnect=lambda sid: self._spawn(
@@ -246,7 +258,7 @@ class SocketServer:
     async def _unknown(self, event: str, sid: str, *payload: Any) -> dict[str, Any]:
         """Any other event name: an error ack (a client waiting for one is not left to its
         timeout)."""
-        known = "join, leave, send, stop"
+        known = "join, leave, send, stop, decide"
         return {"ok": False, "error": _problem(UnknownCommand(
             f"no command {event[:100]!r}; the commands are {known}"))}
 
@@ -300,7 +312,14 @@ class SocketServer:
         return {"stop": "requested" if stopped.running else "idle",
                 "running": stopped.running, "descendants": stopped.descendants}
 
+    async def _decide(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
+        return await approvals.decide(self.ator, conn.principal, payload)
+
     # Relays and pushes ------------------------------------------------------------------
+
+    def _on_decided(self, scope: Scope, action: Any) -> None:
+        frame = approvals.decided_frame(action_view(action))
+        self._spawn(self.sio.emit("frame", frame, room=f"org:{scope.org_id}"))
 
     def _feeds(self) -> Feeds:
         if self.feeds is None:

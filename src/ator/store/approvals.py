@@ -36,7 +36,7 @@ from ator.store.parts import PartSql
 from ator.store.scope import Scope
 
 __all__ = ["Action", "PendingActions", "PendingPage", "Row", "create", "decide", "deliver",
-           "get", "list_pending"]
+           "get", "list_pending", "mcp_writes", "set_mcp_writes"]
 
 MAX_PAGE = 200
 
@@ -275,3 +275,25 @@ def _decode(cursor: str) -> tuple[datetime, UUID]:
         raise ValidationFailed("cursor: not a cursor of this list",
                                code="invalid_cursor") from None
 
+
+
+_SET_ORG = sa.text("""
+UPDATE orgs
+   SET settings = settings || jsonb_build_object('approve_mcp_writes', CAST(:value AS boolean))
+ WHERE id = :org_id RETURNING id""")
+
+
+async def set_mcp_writes(db: Database, scope: Scope, value: bool) -> bool:
+    """Whether the org requires approval of MCP tools not marked read-only; False: no org."""
+    return bool(await db.fetch(_SET_ORG, {"org_id": scope.org_id, "value": value},
+                               write=True))
+
+
+_GET_ORG = sa.text("""
+SELECT COALESCE((settings ->> 'approve_mcp_writes')::boolean, false) AS value
+  FROM orgs WHERE id = :org_id""")
+
+
+async def mcp_writes(db: Database, scope: Scope) -> bool:
+    rows = await db.fetch(_GET_ORG, {"org_id": scope.org_id}, write=False)
+    return bool(rows and rows[0]["value"])
