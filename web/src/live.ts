@@ -1,4 +1,5 @@
-// The one socket of the console: org pushes (busy/idle, turn ended) and followed threads.
+// The one socket of the console: org pushes (busy/idle, turn ended, approval decided) and
+// followed threads.
 // WebSocket transport only, so an idle page makes no HTTP requests at all. On every
 // (re)connect each followed thread is joined again from the last seq it saw: the server
 // replays exactly what was missed, then streams live.
@@ -80,7 +81,7 @@ export class Live {
   private dispatch(frame: Frame): void {
     keep(frame);
     const threadId: string | undefined = frame.data?.thread_id;
-    if (frame.type === "turn.started" || frame.type === "turn.ended") {
+    if (frame.type === "turn.started" || frame.type === "turn.ended" || frame.type === "approval.decided") {
       for (const l of this.orgListeners) l(frame);
       return;
     }

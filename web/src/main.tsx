@@ -1,5 +1,5 @@
 // The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
-// threads, chat (with the inspector, instructions and the subagent tree), usage, setups,
+// threads, chat (with the inspector, instructions and the subagent tree), approvals, usage, setups,
 // secrets, keys and the org policy. Live state arrives over one socket.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
@@ -14,6 +14,7 @@ import { Usage } from "./screens/usage";
 import { Setups } from "./screens/setups";
 import { Secrets, Keys } from "./screens/admin";
 import { Policy } from "./screens/prompts";
+import { Approvals } from "./screens/approvals";
 import "./screens/inspector"; // registers the footer action
 import "./screens/tree"; // registers the thread tab
 import "./style.css";
@@ -89,6 +90,7 @@ function App() {
   else if (path.startsWith("/secrets")) screen = <Secrets who={who} />;
   else if (path.startsWith("/keys")) screen = <Keys who={who} />;
   else if (path.startsWith("/policy")) screen = <Policy who={who} />;
+  else if (path.startsWith("/approvals")) screen = <Approvals live={live} who={who} />;
   else screen = <Threads live={live} who={who} />;
 
   const nav = (to: string, label: string) => (
@@ -102,6 +104,7 @@ function App() {
         <strong class="brand">ator</strong>
         <nav>
           {nav("/", "Threads")}
+          {nav("/approvals", "Approvals")}
           {nav("/usage", "Usage")}
           {nav("/setups", "Setups")}
           {who.role === "admin" && nav("/secrets", "Secrets")}
