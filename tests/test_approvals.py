@@ -201,3 +201,29 @@ def test_the_policy_gates_by_glob_and_org_gates_mcp_tools_not_marked_read_only()
     assert org.requires(tool("docs__read_page", "mcp:docs"))  # no readOnlyHint
     assert not org.requires(tool("docs__search", "mcp:docs", read_only=True))
     assert not org.requires(tool("calculator"))  # native tools: only by the setup's globs
+
+
+async def test_an_approval_whose_replica_died_before_delivering_is_answered_as_lost(
+    make_ator,
+) -> None:
+    from ator.store import approvals as approval_store
+
+    bank, agents = Bank(), agents_for_bank()
+    async with make_ator(providers={"agents": agents}, tools=bank.tools(),
+                         job_poll_interval=0.2) as a:
+        a.service(Approvals).run_grace = 0.0
+        scope, thread = await thread_for(a, timeout=0.5)
+        action = await held(a, scope, thread.id)
+        # A replica claimed the approval, then stopped before running or delivering it.
+        claimed = await approval_store.decide(
+            a.db, scope, action.id, status="approved", by=uuid.uuid4(), reason=None,
+            decided_arguments=None, content=None)
+        assert claimed is not None and claimed.result is None
+        await a.start_jobs()
+        end = await next_end(a, scope, thread.id)
+        assert end.data["status"] == "done"
+        assert bank.transfers == []  # never run twice: here, not run at all
+        lost = [r for r in results(agents.requests[-1]) if r["is_error"]]
+        assert len(lost) == 1 and "stopped before it reported" in lost[0]["content"]
+        assert (await a.service(Approvals).get(scope, action.id)).result is not None
+        assert_every_tool_use_answered(agents)

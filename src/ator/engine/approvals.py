@@ -20,7 +20,9 @@ decide-once path:
    `approval.decided` to the org room).
 
 Expiry is a denial by timeout: the action's job (jobs kernel, `approvals.expire`, due at
-`expires_at`) runs the same conditional update. The row is the audit: who, when, the
+`expires_at`) runs the same conditional update. The same job answers an approval whose
+replica stopped between the claim and the delivery (an error result, after `run_grace`):
+at most once executed, never a held call left without a result. The row is the audit: who, when, the
 arguments before and after, the reason and the result.
 
 **The seam for other kinds** (a workflow `human` gate): register a `DecisionKind` with
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -168,8 +171,11 @@ class Approvals:
     """Pending actions and their decisions (one per engine)."""
 
     def __init__(self, db: Database, waker: Waker, *, timeout: float,
-                 job_attempts: int = 5) -> None:
+                 job_attempts: int = 5, run_grace: float = 600.0) -> None:
         self.db = db
+        # How long after an approval its run may still be going (a tool's own timeout is
+        # shorter): past it, an undelivered result is answered as lost (`_unfinished`).
+        self.run_grace = run_grace
         self.waker = waker
         self.timeout = timeout
         self.job_attempts = job_attempts
@@ -258,6 +264,9 @@ class Approvals:
         """The job due at an action's `expires_at`: deny it by timeout if still pending."""
         action_id = UUID(str(payload["action_id"]))
         action = await store.get(self.db, ctx.scope, action_id)
+        if action is not None and action.status == "approved" and action.result is None:
+            await self._unfinished(ctx.scope, action)
+            return
         if action is None or action.status != "pending":
             return
         content = self._kind(action.kind).refused(action, "expired", "timeout")
@@ -270,6 +279,22 @@ class Approvals:
                 raise Retry(1.0, "not expired yet by the database's clock")
             return
         await self._after(ctx.scope, expired)
+
+    async def _unfinished(self, scope: Scope, action: store.Action) -> None:
+        """An approval whose result never came (the replica running it stopped between the
+        claim and the delivery): once `run_grace` has passed since the decision, the held
+        call is answered with an error, so the conversation is never left without one.
+        The tool may or may not have run; it is never run again."""
+        assert action.decided_at is not None
+        waited = (datetime.now(UTC) - action.decided_at).total_seconds()
+        if waited < self.run_grace:
+            raise Retry(self.run_grace - waited, "the approved call may still be running")
+        content = tool_results(action, f"Tool {action.name!r} was approved, but the server "
+                               "running it stopped before it reported a result; it may or may "
+                               "not have run. Check before trying again.", is_error=True)
+        delivered = await store.deliver(self.db, scope, action.id, content)
+        if delivered is not None:
+            await self._after(scope, delivered)
 
     async def _after(self, scope: Scope, action: store.Action) -> None:
         if action.thread_id is not None:

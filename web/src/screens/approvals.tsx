@@ -109,11 +109,12 @@ function Pending(props: { item: Approval; live: Live; canDecide: boolean }) {
       </div>
       <div class="muted small">
         asked {new Date(a.created_at).toLocaleString()}
-        {a.expires_at && ` · denied by timeout at ${new Date(a.expires_at).toLocaleString()}`}
+        {a.expires_at && ` · denied by timeout if undecided by ${new Date(a.expires_at).toLocaleString()}`}
       </div>
       <textarea
         data-testid="approval-arguments"
         rows={4}
+        style="width: 100%; font-family: monospace"
         value={args}
         disabled={!props.canDecide}
         onInput={(e) => setArgs((e.target as HTMLTextAreaElement).value)}
