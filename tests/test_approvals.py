@@ -28,6 +28,7 @@ from tests.approval_bank import (
     thread_for,
 )
 from tests.conftest import REDIS_URL
+from tests.subagent_agents import Agents, Reply
 
 
 async def test_a_gated_call_waits_and_approving_on_another_replica_runs_it_once(
@@ -226,4 +227,44 @@ async def test_an_approval_whose_replica_died_before_delivering_is_answered_as_l
         lost = [r for r in results(agents.requests[-1]) if r["is_error"]]
         assert len(lost) == 1 and "stopped before it reported" in lost[0]["content"]
         assert (await a.service(Approvals).get(scope, action.id)).result is not None
+        assert_every_tool_use_answered(agents)
+
+
+async def test_an_org_that_gates_mcp_writes_holds_a_real_mcp_tool_without_read_only_hint(
+    make_ator,
+) -> None:
+    """A real MCP SDK server: `docs__write` (no readOnlyHint) is held, `docs__echo` (read
+    only) runs at once; the approval runs `write` on the server exactly once."""
+    from ator.engine.mcp import McpServers
+    from tests.mcp_servers import ServerState, demo_server, serve_mcp
+
+    def mcp_model(request: Any) -> Reply:
+        found = results(request)
+        if not found:
+            return Reply(calls=[("docs__echo", {"text": "hi"}), ("docs__write", {"value": "v"})])
+        return Reply(text="result: " + " | ".join(str(r["content"]) for r in found))
+
+    state = ServerState()
+    agents = Agents(mcp_model, lambda task, r: Reply(text="-"))
+    async with make_ator(providers={"agents": agents}, egress_allow=("127.0.0.1",)) as a, \
+            serve_mcp(demo_server(state=state)) as url:
+        org = await a.create_org(f"org-{uuid.uuid4().hex[:6]}")
+        scope = Scope(org.id)
+        await a.service(Approvals).set_settings(scope, approve_mcp_writes=True)
+        await a.service(McpServers).create_mcp_server(scope, name="docs", transport="http",
+                                                      url=url)
+        setup = await a.create_setup(scope, name="s", provider="agents", model="scripted")
+        thread = await a.create_thread(scope, setup.id)
+        result = await a.ask(scope, thread.id, "write it", timeout=30)
+        assert result.status == "waiting"
+        [action] = (await a.service(Approvals).pending(scope)).actions
+        assert (action.name, action.subject["origin"]) == ("docs__write", "mcp:docs")
+        assert state.calls == {"echo": 1}
+        mark_end(thread.id, [e for e in await a.events(scope, thread.id)
+                             if e.kind == "turn_ended"][-1].seq)
+        await a.service(Approvals).decide(scope, action.id, uuid.uuid4(), Decision(True))
+        end = await next_end(a, scope, thread.id)
+        assert end.data["status"] == "done"
+        assert state.calls == {"echo": 1, "write": 1}
+        assert "wrote v" in str(results(agents.requests[-1]))
         assert_every_tool_use_answered(agents)

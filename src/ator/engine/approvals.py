@@ -46,11 +46,13 @@ from ator.errors import ConfigError, Conflict, NotFound, ValidationFailed
 from ator.jobs import JobContext, JobKind, Retry
 from ator.obs.logging import get_logger
 from ator.store import approvals as store
+from ator.store import threads as thread_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 from ator.tools.base import Caller, ToolCall
 from ator.tools.policy import ToolPolicy
 from ator.tools.registry import ToolRegistry
+from ator.tools.toolset import ToolScope
 
 __all__ = ["EXPIRE", "Approvals", "Decision", "DecisionKind", "ToolDecisions", "action_view",
            "tool_results"]
@@ -111,20 +113,26 @@ class DecisionKind(Protocol):
 
 class ToolDecisions:
     """Held tool calls: an approval runs the tool through `ToolCalls` as the person who
-    approved it, in the conversation it came from (its MCP sessions)."""
+    approved it, in the place of the turn that held it (`run_held`: its thread's tools and
+    MCP sessions); a call held outside a turn runs as any call outside one."""
 
     name = "tool"
 
-    def __init__(self, calls: Callable[[], ToolCalls]) -> None:
+    def __init__(self, db: Database, calls: Callable[[], ToolCalls]) -> None:
+        self._db = db
         self._calls = calls
 
     async def check(self, scope: Scope, action: store.Action,
                     arguments: dict[str, Any] | None) -> None:
         if arguments is None:
             return
-        listing = await self._calls().tools(scope, Caller("user", action.org_id),
-                                            policy=_only(action.name))
-        tool = next((t for t in listing.tools if t.name == action.name), None)
+        place = await self._place(scope, action)
+        if place is not None:
+            tool = await self._calls().turn_tool(place, action.name)
+        else:
+            listing = await self._calls().tools(scope, Caller("user", action.org_id),
+                                                policy=_only(action.name))
+            tool = next((t for t in listing.tools if t.name == action.name), None)
         if tool is None:
             return  # gone meanwhile: the run answers with `unknown_tool`
         problem = ToolRegistry([tool]).validate(ToolCall("edit", action.name, arguments))
@@ -135,12 +143,28 @@ class ToolDecisions:
 
     async def approved(self, scope: Scope, action: store.Action,
                        arguments: dict[str, Any]) -> dict[str, Any] | None:
-        by = action.decided_by or action.org_id
-        done = await self._calls().run(scope, Caller("user", by), action.name, arguments,
-                                       policy=_only(action.name),
-                                       conversation=action.thread_id)
+        caller = Caller("user", action.decided_by or action.org_id)
+        place = await self._place(scope, action)
+        if place is not None and action.tool_use_id is not None:
+            done = await self._calls().run_held(scope, caller, action.name, arguments,
+                                                place=place, tool_use_id=action.tool_use_id)
+        else:
+            done = await self._calls().run(scope, caller, action.name, arguments,
+                                           policy=_only(action.name))
         return tool_results(action, done.content, is_error=done.is_error,
                             duration_ms=done.duration_ms, truncated_from=done.truncated_from)
+
+    async def _place(self, scope: Scope, action: store.Action) -> ToolScope | None:
+        """Where a call held in a turn runs: that turn's place (its thread's tools, named
+        as the model saw them). None for a call held outside a turn."""
+        if action.thread_id is None or action.turn_id is None:
+            return None
+        try:
+            thread = await thread_store.get_thread(self._db, scope, action.thread_id)
+        except NotFound:
+            return None
+        return ToolScope(scope.org_id, thread.id, action.turn_id, thread.setup_id,
+                         thread.root_id, 1)
 
     def refused(self, action: store.Action, status: str,
                 reason: str | None) -> dict[str, Any] | None:

@@ -102,7 +102,7 @@ class ApprovalsExtension(Extension):
         self.service = Approvals(kernel.db, kernel.waker,
                                  timeout=kernel.settings.approval_timeout)
         self._calls: ToolCalls | None = None
-        self.service.register(ToolDecisions(self._tool_calls))
+        self.service.register(ToolDecisions(kernel.db, self._tool_calls))
 
     def _tool_calls(self) -> ToolCalls:
         if self._calls is None:

@@ -143,7 +143,7 @@ def assemble(
     registry.add(ToolCalls, ToolCalls(
         db, [t for t in every_toolset if isinstance(t, OrgToolset)],
         timeout=Caps().tool_timeout, result_chars=Caps().tool_result_chars,
-        services=registry.mapping()))
+        services=registry.mapping(), turn_toolsets=every_toolset))
     cap_groups = tuple(g for e in built for g in e.caps())
     publisher = Publisher(coord)
     runner = TurnRunner(
