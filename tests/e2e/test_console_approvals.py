@@ -70,6 +70,9 @@ async def test_approving_a_pending_tool_call_in_the_console_continues_the_chat(
         reply = page.locator("[data-testid=assistant-message]").last
         await reply.wait_for()
         await page.wait_for_selector("text=The calculator says so.")
+        link = await page.wait_for_selector(
+            "[data-testid=turn-footer][data-status=waiting] [data-testid=held-link]")
+        assert "calculator" in await link.inner_text()
         await shot(page, "20-approval-continued")
         turns = await admin.turns(thread["id"])
         assert sorted(t["status"] for t in turns) == ["done", "waiting"]
