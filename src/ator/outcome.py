@@ -10,6 +10,8 @@ finished its answer and nothing else:
     capped     max_steps, token_cap, timeout, stalled, max_tokens
     budget     budget
     refused    refusal
+    waiting    held              (tool calls held for a person's decision: the thread is
+                                  idle; the decision continues the conversation)
     stopped    cancelled:<who>   (user, shutdown, cascade, …)
     lost       error:lost        (the owning replica died or lost its lease)
     error      error:<kind>      (provider, config, internal, …)
@@ -23,7 +25,8 @@ from __future__ import annotations
 __all__ = ["CAP_REASONS", "STATUSES", "status_of"]
 
 CAP_REASONS = frozenset({"max_steps", "token_cap", "timeout", "stalled", "max_tokens"})
-STATUSES = ("running", "done", "capped", "budget", "refused", "stopped", "lost", "error")
+STATUSES = ("running", "done", "capped", "budget", "refused", "waiting", "stopped", "lost",
+            "error")
 
 
 def status_of(stop_reason: str) -> str:
@@ -36,6 +39,8 @@ def status_of(stop_reason: str) -> str:
         return "budget"
     if stop_reason == "refusal":
         return "refused"
+    if stop_reason == "held":
+        return "waiting"
     if stop_reason.startswith("cancelled:"):
         return "stopped"
     if stop_reason == "error:lost":

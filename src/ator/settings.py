@@ -180,6 +180,11 @@ class Settings(BaseSettings):
     # name -> command line, offered to every org, e.g. {"everything": ["npx", "-y", "..."]}.
     mcp_stdio_servers: dict[str, list[str]] = Field(default_factory=dict)
 
+    # Approvals (engine/approvals.py): how long a held tool call waits for a person's
+    # decision before it is denied by timeout, unless its setup's tool policy says
+    # (`approve_timeout`).
+    approval_timeout: float = Field(default=86_400.0, gt=0)
+
     # Money. Prices come from the genai-prices library; these override or add models by
     # exact id (ATOR_PRICES wins over ATOR_PRICES_FILE).
     budget_fail_closed: bool = True

@@ -124,8 +124,17 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
     while not (steps := (await api.ok("GET", f"/v1/runs/{run['id']}/steps"))["data"]):
         assert time.monotonic() < deadline, "the run made no step"
         await asyncio.sleep(0.1)
+    # A gated call: the turn ends waiting with one pending approval (kept pending).
+    gated = await api.create_setup({**script_setup(
+        {"tool_calls": [{"name": "calculator", "input": {"expression": "1 + 1"}}]},
+        {"text": "done"}, name=f"gated-{tag}"), "tool_policy": {"approve": ["calculator"]}})
+    gated_thread = await api.create_thread(gated["id"], title=f"gated-{tag}")
+    await api.post_message(gated_thread["id"], f"gated-{tag}")
+    assert (await api.follow(gated_thread["id"]))[-1]["data"]["status"] == "waiting"
+    approval = (await api.ok("GET", "/v1/approvals"))["data"][0]
     tenant.ids = {
-        "org_id": tenant.org_id, "setup_id": setup["id"], "thread_id": thread["id"],
+        "action_id": approval["id"], "org_id": tenant.org_id, "setup_id": setup["id"],
+        "thread_id": thread["id"],
         "turn_id": end["turn_id"], "key_id": viewer["id"], "name": f"secret-{tag}",
         "parent_id": thread["id"], "server_id": server["id"], "call_id": str(calls[0]["id"]),
         "endpoint_id": endpoint["id"], "delivery_id": deliveries[0]["id"],
@@ -205,6 +214,9 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
         ("post", "/v1/runs/{run_id}/cancel"): {"reason": "from another org"},
         ("post", "/v1/webhooks/endpoints/{endpoint_id}/replay"): {
             "since": "2000-01-01T00:00:00Z", "until": "2100-01-01T00:00:00Z"},
+        ("post", "/v1/approvals/{action_id}/decision"): {"decision": "deny",
+                                                          "reason": "from another org"},
+        ("put", "/v1/approvals/settings"): {"approve_mcp_writes": False},
     }
     assert (method, path) in bodies, f"add a valid request body for {method.upper()} {path}"
     return bodies[(method, path)]
@@ -229,7 +241,8 @@ def nobody() -> dict[str, str]:
             "endpoint_id": str(uuid.uuid4()), "delivery_id": str(uuid.uuid4()),
             "inbound_id": str(uuid.uuid4()), "received_id": str(uuid.uuid4()),
             "workflow_id": str(uuid.uuid4()), "version": "1", "run_id": str(uuid.uuid4()),
-            "step_id": str(uuid.uuid4()), "schedule_id": str(uuid.uuid4())}
+            "step_id": str(uuid.uuid4()), "schedule_id": str(uuid.uuid4()),
+            "action_id": str(uuid.uuid4())}
 
 
 def leaks(text: str, tenant: Tenant) -> set[str]:
@@ -262,6 +275,8 @@ async def snapshot(tenant: Tenant) -> dict[str, Any]:
         "calls": await api.ok("GET", f"/v1/turns/{ids['turn_id']}/calls"),
         "webhooks": await api.ok("GET", "/v1/webhooks/endpoints"),
         "inbound": await api.ok("GET", f"/v1/webhooks/inbound/{ids['inbound_id']}"),
+        "approval": await api.ok("GET", f"/v1/approvals/{ids['action_id']}"),
+        "approvals": await api.ok("GET", "/v1/approvals/settings"),
     }
 
 

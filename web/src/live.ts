@@ -1,7 +1,7 @@
-// The one socket of the console: org pushes (busy/idle, turn ended), followed threads and
-// followed workflow runs. WebSocket transport only, so an idle page makes no HTTP requests at
-// all. On every (re)connect each followed thread or run is joined again from the last seq it
-// saw: the server replays exactly what was missed, then streams live.
+// The one socket of the console: org pushes (busy/idle, turn ended, approval decided),
+// followed threads and followed workflow runs. WebSocket transport only, so an idle page makes
+// no HTTP requests at all. On every (re)connect each followed thread or run is joined again
+// from the last seq it saw: the server replays exactly what was missed, then streams live.
 import { io, type Socket } from "socket.io-client";
 
 export interface Frame {
@@ -85,7 +85,7 @@ export class Live {
 
   private dispatch(frame: Frame): void {
     keep(frame);
-    if (frame.type === "turn.started" || frame.type === "turn.ended") {
+    if (frame.type === "turn.started" || frame.type === "turn.ended" || frame.type === "approval.decided") {
       for (const l of this.orgListeners) l(frame);
       return;
     }

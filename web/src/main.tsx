@@ -1,6 +1,6 @@
 // The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
 // threads, chat (with the inspector, instructions and the subagent tree), workflow runs (drawn
-// live as a graph), usage, setups,
+// live as a graph), approvals, usage, setups,
 // secrets, keys and the org policy. Live state arrives over one socket.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
@@ -16,6 +16,7 @@ import { Setups } from "./screens/setups";
 import { Secrets, Keys } from "./screens/admin";
 import { Policy } from "./screens/prompts";
 import { RunView, Runs } from "./screens/runs";
+import { Approvals } from "./screens/approvals";
 import "./screens/inspector"; // registers the footer action
 import "./screens/tree"; // registers the thread tab
 import "./style.css";
@@ -93,6 +94,7 @@ function App() {
   else if (path.startsWith("/secrets")) screen = <Secrets who={who} />;
   else if (path.startsWith("/keys")) screen = <Keys who={who} />;
   else if (path.startsWith("/policy")) screen = <Policy who={who} />;
+  else if (path.startsWith("/approvals")) screen = <Approvals live={live} who={who} />;
   else screen = <Threads live={live} who={who} />;
 
   const nav = (to: string, label: string) => (
@@ -107,6 +109,7 @@ function App() {
         <nav>
           {nav("/", "Threads")}
           {nav("/runs", "Runs")}
+          {nav("/approvals", "Approvals")}
           {nav("/usage", "Usage")}
           {nav("/setups", "Setups")}
           {who.role === "admin" && nav("/secrets", "Secrets")}

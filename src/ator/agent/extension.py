@@ -21,6 +21,8 @@ and a `Waker`) and contributes any of:
 - `routes()`, `rooms()`, `job_kinds()`, `migrations()`: handed to the transports, the jobs
                    kernel and alembic by whoever assembles them (loosely typed here: this
                    layer does not know their types)
+- `bind(services)`: once every service is registered (a service of the extension that uses
+                   another's, e.g. `ToolCalls`, built after the extensions)
 - `start()`, `aclose()`: with the engine's start and close
 
 Core types name no feature: a feature's fields, caps and services live with it.
@@ -145,6 +147,9 @@ class Extension:
     def migrations(self) -> Sequence[str]:
         """Alembic version directories of the extension's own tables."""
         return ()
+
+    def bind(self, services: Mapping[type, object]) -> None:
+        """Once the engine's services are all registered (core, extensions', `ToolCalls`)."""
 
     async def start(self) -> None:
         """With the engine's start (after the database and coordinator are up)."""

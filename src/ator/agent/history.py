@@ -18,6 +18,11 @@ process memory. The rules:
 - A tool call left without a result (the turn died, was stopped, or hit a cap between the
   call and its result) gets a synthetic `is_error` result, so the history stays valid for
   every provider and the model learns what happened.
+- A call a hook *held* (the turn ended `waiting`, its `turn_ended` lists it under `held`)
+  stays open across the turn's end: the `tool_results` a decision puts in the mailbox
+  answer it in the same user message as its siblings' results. If something else comes
+  first (the user wrote meanwhile), the held call is answered "awaiting a decision" there,
+  and its later result reaches the model as a text note. Never a tool_use without a result.
 - A `compaction` event replaces every event up to its `through_seq` with its summary: the
   history is the latest summary (a user message marked `"summary": True`) followed by the
   events after `through_seq` (records carry `seq` for this). The cut always falls before an
@@ -101,6 +106,8 @@ def build_messages(events: Iterable[dict[str, Any]]) -> list[Message]:
     summary, records = _compacted(list(events))
     messages: list[Message] = [summary] if summary is not None else []
     pending_calls: dict[str, str] = {}  # tool_use id -> name, awaiting a result
+    held: dict[str, str] = {}  # held by a hook when its turn ended: answered by a decision
+    answered_held: set[str] = set()  # held calls closed as "awaiting" before their result
     note: str | None = None  # about the last turn, told before the next user content
 
     def push(role: str, blocks: list[Block], seq: Any = None) -> None:
@@ -118,6 +125,15 @@ def build_messages(events: Iterable[dict[str, Any]]) -> list[Message]:
                 messages[-1]["seq"] = seq
 
     def close_dangling(reason: str) -> None:
+        if held:
+            push("user", [
+                {"type": "tool_result", "tool_use_id": tid, "is_error": True,
+                 "content": f"Tool {name!r} has not run yet: it awaits a person's decision. "
+                            "Its outcome will be told to you when it is decided."}
+                for tid, name in held.items()
+            ])
+            answered_held.update(held)
+            held.clear()
         if pending_calls:
             push("user", [
                 {"type": "tool_result", "tool_use_id": tid, "is_error": True,
@@ -143,18 +159,35 @@ def build_messages(events: Iterable[dict[str, Any]]) -> list[Message]:
                 if b["type"] == "tool_use":
                     pending_calls[b["id"]] = b["name"]
         elif kind == "tool_results":
-            results = [r for r in data.get("results", []) if r.get("tool_use_id") in pending_calls]
+            every = data.get("results", [])
+            results = [r for r in every if r.get("tool_use_id") in pending_calls
+                       or r.get("tool_use_id") in held]
             for r in results:
-                pending_calls.pop(r["tool_use_id"])
-            push("user", [result_block(r) for r in results])
+                pending_calls.pop(r["tool_use_id"], None)
+                held.pop(r["tool_use_id"], None)
+            late = [r for r in every if r.get("tool_use_id") in answered_held]
+            answered_held.difference_update(r["tool_use_id"] for r in late)
+            push("user", [result_block(r) for r in results] + [_late(r) for r in late])
         elif kind == "turn_ended":
+            kept = {str(h.get("tool_use_id")) for h in data.get("held") or ()}
+            waiting = {tid: pending_calls.pop(tid) for tid in kept & pending_calls.keys()}
             close_dangling(f"the turn ended ({data.get('stop_reason', 'unknown')})")
+            held.update(waiting)
             note = interruption_note(data)
     close_dangling("the turn ended before the tool finished")
     # A history must start with the user; drop a leading assistant message if any.
     while messages and messages[0]["role"] != "user":
         messages.pop(0)
     return messages
+
+
+def _late(record: dict[str, Any]) -> Block:
+    """A held call's result that came after the call was answered "awaiting": a note."""
+    block = result_block(record)
+    what = "failed or was refused" if block["is_error"] else "ran"
+    return {"type": "text", "text": f"[ator] Your held call {record.get('name')!r} "
+            f"({record['tool_use_id']}) was decided and {what}; its result:\n"
+            f"{block['content']}"}
 
 
 def _sendable(block: dict[str, Any], interrupted: bool) -> bool:

@@ -1,5 +1,5 @@
 """Loop hooks: the seam features plug into instead of growing branches in the loop (layer:
-agent; imports agent.state, errors, providers.base).
+agent; imports agent.state, errors, providers.base, store.parts, tools).
 
 A hook may act at two points of every turn:
 
@@ -15,7 +15,16 @@ A hook may act at two points of every turn:
   the request again, runs every `before_call`, and retries once. A second overflow ends the
   turn with `error:context_overflow`.
 
-Hooks run in the order given; each sees what the previous one returned.
+- `hold(turn, state, calls, tools)`: a step asked for tools; before any runs, a hook may
+  *hold* some of the (schema-valid) calls (`Hold`): a held call does not run now. The loop
+  runs the others, then the step writer persists the reply, their results, every hold's
+  `parts` (a pending action, its expiry job, an outbox row…) and the turn's end, stop
+  reason `held` and status `waiting`, in one statement; the thread goes idle. Whoever
+  decides later answers the held call with a `tool_results` item in the thread's mailbox
+  (`agent/history.py` keeps a held call open across the turn's end for it).
+
+Hooks run in the order given; each sees what the previous one returned (a call one hook
+held is not offered to the next).
 """
 
 from __future__ import annotations
@@ -28,8 +37,14 @@ from uuid import UUID
 from ator.agent.state import TurnContext, TurnState
 from ator.errors import ProviderError
 from ator.providers.base import ModelRequest
+from ator.store.parts import StepPart
+from ator.tools.base import ToolCall
+from ator.tools.registry import ToolRegistry
 
-__all__ = ["Injection", "LoopHook", "StopTurn"]
+__all__ = ["HELD", "Hold", "Injection", "LoopHook", "StopTurn"]
+
+#: The stop reason of a turn that ended because a hook held some of its tool calls.
+HELD = "held"
 
 
 class StopTurn(Exception):
@@ -54,6 +69,17 @@ class Injection:
     mailbox_ids: tuple[UUID, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A tool call a hook keeps from running now. `parts` join the statement that persists
+    the step and ends the turn (what records the hold: a pending action); `note` is what the
+    turn's end says of it (`turn_ended.data.held[]`, with the call's id and name)."""
+
+    call: ToolCall
+    parts: tuple[StepPart, ...] = ()
+    note: dict[str, Any] = field(default_factory=dict)
+
+
 class LoopHook:
     """Base class with no-op defaults: override the points you need."""
 
@@ -63,6 +89,13 @@ class LoopHook:
         return request
 
     async def between_steps(self, turn: TurnContext, state: TurnState) -> Sequence[Injection]:
+        return ()
+
+    async def hold(
+        self, turn: TurnContext, state: TurnState, calls: Sequence[ToolCall],
+        tools: ToolRegistry,
+    ) -> Sequence[Hold]:
+        """The calls (among `calls`, all valid for `tools`) this hook keeps from running."""
         return ()
 
     async def on_overflow(

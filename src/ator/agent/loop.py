@@ -11,6 +11,8 @@ persists it before anything else happens) and returns a typed `Outcome`. Per mod
 - `end_turn` / `stop_sequence` → finish;
 - `tool_use` → validate and run all tools concurrently, persist all results as one message,
   then inject what the hooks' `between_steps` return (persisted first), check caps, continue
+  (calls a hook's `hold` keeps from running end the turn instead, `held`: the reply, the
+  other calls' results and the holds are persisted with the end, in one write)
   (a tool the provider ran itself arrives as a `native_tool_*` block of the reply: kept and
   persisted, never run here);
 - `pause_turn` → call again with the partial answer;
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ator.agent.history import injected_blocks
-from ator.agent.hooks import Injection, LoopHook, StopTurn
+from ator.agent.hooks import HELD, Hold, Injection, LoopHook, StopTurn
 from ator.agent.inspection import describe
 from ator.agent.state import PartialCall, TurnContext, TurnState
 from ator.agent.system_prompt import build_system, prompt_layers
@@ -99,6 +101,13 @@ class StepSink(Protocol):
         ...
 
     async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None: ...
+
+    async def on_held(self, step: int, results: list[ToolOutcome],
+                      holds: Sequence[Hold]) -> None:
+        """Some of the step's calls were held (`LoopHook.hold`): persist the reply, the
+        results of the calls that ran, the holds' parts and the turn's end (`held`) in one
+        write."""
+        ...
 
     async def on_injected(self, step: int, items: Sequence[Injection]) -> list[dict[str, Any]]:
         """Persist injected items as events; returns their `{"kind", "data"}` records."""
@@ -203,10 +212,35 @@ async def run_loop(
         if not calls:  # pause_turn: nothing to run, persist before calling again
             await sink.flush()
             continue
-        results = await _run_tools(turn, state, tools, calls, sink, services)
+        holds = await _holds(turn, state, hooks, calls, tools)
+        held = {h.call.id for h in holds}
+        running = [c for c in calls if c.id not in held]
+        results = await _run_tools(turn, state, tools, running, sink, services) \
+            if running else []
+        if holds:
+            await sink.on_held(state.steps, results, holds)
+            return Outcome(HELD)
         await sink.on_tool_results(state.steps, results)
         state.messages.append({"role": "user", "content": [r.block() for r in results]})
         injected = await _inject(turn, state, hooks, sink)
+
+
+async def _holds(
+    turn: TurnContext, state: TurnState, hooks: Sequence[LoopHook], calls: list[ToolCall],
+    tools: TurnTools,
+) -> list[Hold]:
+    """What the hooks keep from running among the step's valid calls (an invalid call is
+    answered with its validation error, never held)."""
+    offered = [c for c in calls if tools.registry.validate(c) is None]
+    holds: list[Hold] = []
+    for hook in hooks:
+        if not offered:
+            break
+        found = list(await hook.hold(turn, state, offered, tools.registry))
+        holds += found
+        taken = {h.call.id for h in found}
+        offered = [c for c in offered if c.id not in taken]
+    return holds
 
 
 async def _run_tools(

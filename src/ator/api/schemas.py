@@ -11,15 +11,24 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ator.security.limits import CLIENT_MESSAGE_ID, MESSAGE_CHARS, check_storable
+from ator.errors import ValidationFailed
+from ator.security.limits import (
+    CLIENT_MESSAGE_ID,
+    MESSAGE_CHARS,
+    SETUP_CONFIG,
+    check_json,
+    check_storable,
+)
 from ator.security.roles import Role
 
 __all__ = [
+    "ApprovalDecisionIn",
+    "ApprovalSettingsIn",
     "KeyIn",
     "McpServerBody",
     "McpServerPatch",
@@ -241,3 +250,30 @@ class WebhookReplayIn(_Body):
     since: datetime
     until: datetime
     limit: int = Field(default=1000, ge=1, le=10_000)
+
+
+class ApprovalDecisionIn(_Body):
+    """`POST /v1/approvals/{id}/decision`: approve (optionally with edited arguments,
+    re-validated against the tool's schema: 422 `invalid_arguments`) or deny with a reason.
+    Decided already (or by someone else at the same moment): 409 `approval_decided`."""
+
+    decision: Literal["approve", "deny"]
+    arguments: dict[str, Any] | None = Field(
+        default=None, description="approve only: the arguments to run with instead")
+    reason: str | None = Field(default=None, max_length=2000)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ApprovalDecisionIn:
+        if self.arguments is not None:
+            if self.decision != "approve":
+                raise ValidationFailed("arguments: only an approval takes arguments",
+                                       code="invalid_decision")
+            check_json(self.arguments, SETUP_CONFIG, ("arguments",))
+        return self
+
+
+class ApprovalSettingsIn(_Body):
+    """`PUT /v1/approvals/settings` (admins): whether every MCP tool not marked read-only
+    (`readOnlyHint`) needs a person's approval in this org."""
+
+    approve_mcp_writes: bool

@@ -28,6 +28,7 @@ from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
 from ator.engine.access import Access
 from ator.engine.actor import Actor, Wakes
+from ator.engine.approvals_extension import ApprovalsExtension
 from ator.engine.context_policy import ContextPolicy
 from ator.engine.daily_caps import DailyCapsExtension
 from ator.engine.inspector import Inspector
@@ -60,7 +61,7 @@ ExtensionFactory = Callable[[Kernel], Extension]
 #: What `Ator.open` builds the engine from unless told otherwise.
 DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, McpExtension,
                                                    SubagentsExtension, WebhooksExtension,
-                                                   WorkflowsExtension)
+                                                   WorkflowsExtension, ApprovalsExtension)
 
 
 class Services:
@@ -142,7 +143,7 @@ def assemble(
     registry.add(ToolCalls, ToolCalls(
         db, [t for t in every_toolset if isinstance(t, OrgToolset)],
         timeout=Caps().tool_timeout, result_chars=Caps().tool_result_chars,
-        services=registry.mapping()))
+        services=registry.mapping(), turn_toolsets=every_toolset))
     cap_groups = tuple(g for e in built for g in e.caps())
     publisher = Publisher(coord)
     runner = TurnRunner(
@@ -166,6 +167,8 @@ def assemble(
     registry.add(JobQueue, JobQueue(db, kinds))
     registry.add(Schedules, Schedules(db, kinds))
     job_runner = JobRunner(db, kinds, settings, owner=owner)
+    for extension in built:
+        extension.bind(registry.mapping())
     reaper = Reaper(db=db, coord=coord, actor=actor, runner=runner, owner=owner,
                     ttl=settings.lease_ttl, interval=settings.reaper_interval)
     return Engine(

@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 from ator.agent.extension import TurnEnd
-from ator.agent.hooks import Injection
+from ator.agent.hooks import HELD, Hold, Injection
 from ator.agent.loop import ModelReply
 from ator.agent.state import TurnContext, TurnState
 from ator.cost.price import Priced
@@ -130,6 +130,22 @@ class StepWriter:
             _stamp(held, await self._write([held.event, item], billed=held.call,
                                            extra=held.parts))
 
+    async def on_held(self, step: int, results: list[ToolOutcome],
+                      holds: Sequence[Hold]) -> None:
+        """The reply, the results of the calls that ran, every hold's parts and the turn's
+        end (`held`, status `waiting`): one statement, so a pending action exists exactly
+        when the turn says it waits for it."""
+        held, self._held = self._held, None
+        items: list[Item] = [held.event] if held else []
+        if results:
+            items.append(("tool_results", {"step": step,
+                                           "results": [r.record() for r in results]}))
+        notes = [{"tool_use_id": h.call.id, "name": h.call.name, **h.note} for h in holds]
+        items.append(self._ended(HELD, None, held=notes))
+        extra = [*(held.parts if held else ()), *(p for h in holds for p in h.parts)]
+        await self._write(items, billed=held.call if held else None,
+                          finish=turn_store.Finished(status_of(HELD), HELD, None), extra=extra)
+
     async def on_compaction(self, step: int, reply: ModelReply, record: dict[str, Any],
                             meta: dict[str, Any]) -> None:
         await self.flush()  # a held reply bills its own call first (one call per write)
@@ -174,14 +190,18 @@ class StepWriter:
         except TurnLost:
             self.finished = True  # closed elsewhere already: nothing more to say
 
-    def _ended(self, stop_reason: str, error: str | None) -> Item:
+    def _ended(self, stop_reason: str, error: str | None,
+               held: list[dict[str, Any]] | None = None) -> Item:
         s = self._state
-        return ("turn_ended", {
+        data: dict[str, Any] = {
             "turn_id": str(self._turn.turn_id), "status": status_of(stop_reason),
             "stop_reason": stop_reason, "error": error, "steps": s.steps,
             "usage": asdict(s.usage), "cost_usd": str(s.cost),
             "cost_source": _cost_source(self._sources),
-        })
+        }
+        if held:
+            data["held"] = held  # tool calls answered later, by a decision (agent/history)
+        return ("turn_ended", data)
 
     def _call_row(self, step: int, stop_reason: str | None, usage: Any, priced: Priced,
                   duration_ms: int, purpose: str = "step", *,

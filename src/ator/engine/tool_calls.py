@@ -9,6 +9,10 @@ the same `ToolRegistry` run (schema validation, per-tool timeout, result cap wit
 the egress guard inside the tools that reach out, and the same untrusted labelling of what
 came from outside. Each call, refused or run, leaves exactly one audit row
 (`store/tool_audit.py`), also when the caller is cancelled meanwhile.
+
+`run_held` runs a call a turn held for a person's decision (engine/approvals.py) in that
+turn's place: the tools the turn's toolsets offer its thread (named as the model saw them,
+an MCP tool by its server's name), with the thread and turn in its context.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from ator.store.scope import Scope
 from ator.tools.base import Caller, Tool, ToolCall, ToolContext, ToolOutcome, result_block
 from ator.tools.policy import ToolPolicy
 from ator.tools.registry import ToolRegistry
-from ator.tools.toolset import LeftOut, OrgToolScope, OrgToolset, permitted
+from ator.tools.toolset import LeftOut, OrgToolScope, OrgToolset, ToolScope, Toolset, permitted
 
 __all__ = ["ToolCallResult", "ToolCalls", "ToolListing", "arguments_hash"]
 
@@ -71,9 +75,11 @@ class ToolCalls:
         timeout: float,
         result_chars: int,
         services: Mapping[type, object] | None = None,
+        turn_toolsets: Sequence[Toolset] = (),
     ) -> None:
         self._db = db
         self._toolsets = tuple(toolsets)
+        self._turn_toolsets = tuple(turn_toolsets)
         self._timeout = timeout
         self._result_chars = result_chars
         self._services = dict(services or {})
@@ -110,6 +116,58 @@ class ToolCalls:
                 outcome="error" if code is not None else "ok", error_code=code,
             ))
         assert outcome is not None
+        block = result_block(outcome.record())
+        return ToolCallResult(name, str(block["content"]), outcome.is_error, outcome.untrusted,
+                              outcome.truncated_from, ms, code, audit_id)
+
+    async def turn_tool(self, place: ToolScope, name: str) -> Tool | None:
+        """The tool of that name the turn's toolsets offer `place`, if any."""
+        for ts in self._turn_toolsets:
+            for tool in await ts.tools(place):
+                if tool.name == name:
+                    return tool
+        return None
+
+    async def run_held(self, scope: Scope, caller: Caller, name: str, args: dict[str, Any],
+                       *, place: ToolScope, tool_use_id: str) -> ToolCallResult:
+        """Run a call held in a turn (`place`) once a person approved it, as that turn
+        would have: the same toolsets, validation, timeout, cap and labelling; audited
+        like any call outside a turn. Never raises for the tool's own failure."""
+        started = time.perf_counter()
+        call = ToolCall(tool_use_id, name, args)
+        outcome: ToolOutcome | None = None
+        code: str | None = None
+        try:
+            tool = await self.turn_tool(place, name)
+            registry = ToolRegistry([] if tool is None else [tool])
+            if tool is None:
+                code = "unknown_tool"
+                outcome = ToolOutcome(call.id, name, f"Tool {name!r} is no longer available.",
+                                      True, 0, meta={"code": code})
+            else:
+                def ctx_for(c: ToolCall) -> ToolContext:
+                    return ToolContext(scope.org_id, place.thread_id, place.turn_id, c.id,
+                                       asyncio.Event(), self._services, caller)
+
+                [outcome] = await registry.run_all([call], ctx_for,
+                                                   default_timeout=self._timeout,
+                                                   result_limit=self._result_chars)
+                if outcome.is_error:
+                    code = str(outcome.meta.get("code") or "tool_error")
+        except asyncio.CancelledError:
+            code = "cancelled"
+            raise
+        except Exception as exc:  # a toolset failed: audited, raised
+            code = str(getattr(exc, "code", "internal"))
+            raise
+        finally:
+            ms = int((time.perf_counter() - started) * 1000)
+            audit_id = await asyncio.shield(tool_audit.record(
+                self._db, scope, principal_kind=caller.kind, principal_id=caller.id,
+                tool=name[:200], args_sha256=arguments_hash(args), duration_ms=ms,
+                result_chars=len(outcome.content) if outcome is not None else 0,
+                outcome="error" if code is not None else "ok", error_code=code,
+            ))
         block = result_block(outcome.record())
         return ToolCallResult(name, str(block["content"]), outcome.is_error, outcome.untrusted,
                               outcome.truncated_from, ms, code, audit_id)

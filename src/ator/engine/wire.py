@@ -101,7 +101,7 @@ def turn_frame(thread_id: UUID | str, e: Event) -> dict[str, Any] | None:
             "thread_id": str(thread_id), "turn_id": data.get("turn_id"), "busy": False,
             "status": data.get("status"), "stop_reason": data.get("stop_reason"),
             "steps": data.get("steps"), "usage": data.get("usage"),
-            "cost_usd": data.get("cost_usd")})
+            "cost_usd": data.get("cost_usd"), "held": data.get("held") or []})
     return None
 
 

@@ -17,17 +17,19 @@ Commands, each acknowledged with `{"ok": true, ...}` or `{"ok": false, "error": 
   `join {run_id, after_seq}`: the same for a workflow run's events (room `run:<id>`, the
   same replay code over the run's log, realtime.logs; step progress coalesced).
 - `leave {thread_id}` or `leave {run_id}`; `send {thread_id, text, client_message_id}` (member);
-  `stop {thread_id}` (member).
+  `stop {thread_id}` (member); `decide {approval_id, decision, arguments?, reason?}`
+  (member: realtime/approvals.py).
 Any other event name is answered `{"ok": false, "error": {"code": "unknown_command", …}}`.
 `send` is checked by the runtime's one message rule, as `POST …/messages` is.
 
 Token deltas are volatile: dropped for a socket whose transport lags. A socket whose outbox
 (realtime.outbox) has not drained for `ATOR_SOCKET_SLOW_TIMEOUT` is disconnected. The org room gets
 `turn.started` (with the thread's `parent_id` / `root_id`, so a subagent tree view knows a
-new child) / `turn.ended` (busy/idle, with usage and cost) from the replica running the
-turn; with `ATOR_REDIS_URL` the socket.io Redis manager carries them (and any room emit) to
-sockets on every replica, while a thread's frames are relayed by the replica holding the
-socket from the coordinator's channels.
+new child) / `turn.ended` (busy/idle, with usage and cost, and the calls it `held` for a
+decision) from the replica running the turn, and `approval.decided` from the replica where
+a decision committed; with `ATOR_REDIS_URL` the socket.io Redis manager carries them (and
+any room emit) to sockets on every replica, while a thread's frames are relayed by the
+replica holding the socket from the coordinator's channels.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from uuid import UUID
 import socketio  # type: ignore[import-untyped]
 
 from ator.engine.access import Access
+from ator.engine.approvals import Approvals, action_view
 from ator.engine.runtime import Ator
 from ator.engine.wire import turn_frame
 from ator.errors import (
@@ -52,6 +55,7 @@ from ator.errors import (
     ValidationFailed,
 )
 from ator.obs.logging import get_logger
+from ator.realtime import approvals
 from ator.realtime.connection import Connection, SocketCounts
 from ator.realtime.feed import Feeds
 from ator.realtime.logs import RunLog, ThreadLog
@@ -103,7 +107,8 @@ class SocketServer:
         self.sio.on("connect", self._connect)
         self.sio.on("disconnect", self._disconnect)
         commands: dict[str, Handler] = {"join": self._join, "leave": self._leave,
-                                        "send": self._send, "stop": self._stop}
+                                        "send": self._send, "stop": self._stop,
+                                        "decide": self._decide}
         for name, handler in commands.items():
             self.sio.on(name, self._command(handler))
         self.sio.on("*", self._unknown)
@@ -118,7 +123,15 @@ class SocketServer:
         self._ator = ator
         s = ator.settings
         self._counts = SocketCounts(per_user=s.max_sockets_per_user, per_org=s.max_sockets_per_org)
-        self._unwatch = ator.publisher.watch(self._on_events)
+        unwatch = [ator.publisher.watch(self._on_events),
+                   ator.service(Approvals).watch(self._on_decided)]
+
+        def unwatch_all() -> None:
+            for fn in unwatch:
+                fn()
+
+        self._unwatch = unwatch_all
+
         def disconnect(sid: str) -> None:
             self._spawn(self.sio.disconnect(sid, ignore_queue=True))
 
@@ -253,7 +266,7 @@ class SocketServer:
     async def _unknown(self, event: str, sid: str, *payload: Any) -> dict[str, Any]:
         """Any other event name: an error ack (a client waiting for one is not left to its
         timeout)."""
-        known = "join, leave, send, stop"
+        known = "join, leave, send, stop, decide"
         return {"ok": False, "error": _problem(UnknownCommand(
             f"no command {event[:100]!r}; the commands are {known}"))}
 
@@ -320,7 +333,14 @@ class SocketServer:
         return {"stop": "requested" if stopped.running else "idle",
                 "running": stopped.running, "descendants": stopped.descendants}
 
+    async def _decide(self, conn: Connection, payload: dict[str, Any]) -> dict[str, Any]:
+        return await approvals.decide(self.ator, conn.principal, payload)
+
     # Relays and pushes ------------------------------------------------------------------
+
+    def _on_decided(self, scope: Scope, action: Any) -> None:
+        frame = approvals.decided_frame(action_view(action))
+        self._spawn(self.sio.emit("frame", frame, room=f"org:{scope.org_id}"))
 
     def _feeds(self) -> Feeds:
         if self.feeds is None:

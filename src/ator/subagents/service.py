@@ -294,6 +294,8 @@ class Results:
         place = turn.get(SubagentTurn)
         if place is None or place.parent_id is None:
             return []
+        if finish.status == "waiting":
+            return []  # held for a person's decision: told when the continued turn ends
         status, reason = status_of_turn(finish.status, finish.stop_reason)
         text = ""
         for message in reversed(state.messages):

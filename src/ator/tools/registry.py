@@ -110,6 +110,10 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
+    def get(self, name: str) -> Tool | None:
+        """The mounted tool of that name, if any."""
+        return self._tools.get(name)
+
     def names(self) -> list[str]:
         return list(self._tools)
 

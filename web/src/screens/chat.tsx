@@ -99,7 +99,8 @@ function reduceFrame(s: State, f: Frame): State {
 export function Footer(props: { data: any; threadId: string }) {
   const d = props.data;
   const u = d.usage ?? {};
-  const ok = d.status === "done";
+  const ok = d.status === "done" || d.status === "waiting";
+  const held: any[] = d.held ?? [];
   return (
     <div class={`footer ${ok ? "" : "bad"}`} data-testid="turn-footer" data-status={d.status}>
       <span class="badge">{d.status}</span>
@@ -116,6 +117,11 @@ export function Footer(props: { data: any; threadId: string }) {
       <span>{money(d.cost_usd)}</span>
       {u.reported === false && <span class="muted">usage not reported by the provider</span>}
       {d.error && <span class="error">{d.error}</span>}
+      {held.length > 0 && (
+        <Link to="/approvals" testid="held-link">
+          {held.map((h) => h.name).join(", ")} awaits a person's approval
+        </Link>
+      )}
       {turnActions.map((a) => (
         <a.component turnId={d.turn_id} threadId={props.threadId} />
       ))}
