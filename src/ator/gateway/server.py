@@ -35,10 +35,13 @@ import ator
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.engine.tool_calls import ToolCalls
+from ator.errors import ConfigError
 from ator.gateway.catalog import Catalog
 from ator.gateway.sessions import GatewaySessions
+from ator.gateway.workflows import WorkflowTools
 from ator.settings import Settings
 from ator.store.records import Principal
+from ator.workflows import Workflows
 
 __all__ = ["PRINCIPAL_KEY", "McpGateway"]
 
@@ -73,7 +76,13 @@ class McpGateway:
     async def attach(self, runtime: Ator) -> None:
         """Serve `runtime`'s tools; starts the SDK's session manager (once)."""
         self._ator = runtime
-        self._catalog = Catalog(runtime.service(ToolCalls))
+        # The org's tools as inside ator, and its published workflows (gateway/workflows.py).
+        try:
+            flows = [WorkflowTools(runtime.service(Workflows),
+                                   wait=self._settings.gateway_workflow_wait)]
+        except ConfigError:  # an engine built without the workflows extension
+            flows = []
+        self._catalog = Catalog(runtime.service(ToolCalls).with_toolsets(flows))
         self._sessions = GatewaySessions(runtime.coord, self._settings.gateway_session_idle)
         if self._task is None:
             started = asyncio.Event()
