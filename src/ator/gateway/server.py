@@ -24,7 +24,6 @@ the session manager runs in a task of its own for the runtime's life (`attach` â
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 from uuid import UUID
@@ -39,12 +38,14 @@ from mcp.shared.exceptions import MCPError
 from starlette.types import Message, Receive, Scope, Send
 
 import ator
+from ator import jsonenc
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.engine.tool_calls import ToolCalls
 from ator.errors import ConfigError
 from ator.gateway.catalog import Catalog
 from ator.gateway.changes import CatalogChanges, StreamsFull
+from ator.gateway.errors import refuse, session_not_found
 from ator.gateway.sessions import GatewaySessions
 from ator.gateway.workflows import WorkflowTools
 from ator.settings import Settings
@@ -122,20 +123,25 @@ class McpGateway:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._ator is None:
-            await _reply(send, 503, "unavailable", "the MCP gateway is not attached")
+            await refuse(send, 503, "unavailable", "the MCP gateway is not attached")
             return
-        principal = await self._authenticate(scope)
+        key = _bearer(scope)
+        principal = None if key is None else await self._ator.service(Access).authenticate(key)
         if principal is None:
-            await _reply(send, 401, "unauthenticated",
-                         "an org API key is required (Authorization: Bearer <key>)",
+            await refuse(send, 401, "unauthenticated",
+                         "an org API key is required (Authorization: Bearer <key>)"
+                         if key is None else "the API key is not valid, expired or was revoked",
                          [(b"www-authenticate", b'Bearer realm="ator"')])
             return
+        # The API's limiter (on the coordinator, shared by every replica), counted per key.
         limit = self._ator.settings.rate_limit_per_minute
-        if limit > 0 and await self._ator.coord.hit(
-                f"rl:gateway:{principal.key_id}", _WINDOW) > limit:
+        if limit > 0 and await self._ator.count_hit(
+                f"rl:key:{principal.key_id}", _WINDOW) > limit:
             retry = int(_WINDOW - (time.time() % _WINDOW)) + 1
-            await _reply(send, 429, "rate_limited", f"more than {limit} requests this minute",
-                         [(b"retry-after", str(retry).encode())])
+            await refuse(send, 429, "rate_limited",
+                         f"this key made more than {limit} requests this minute; retry in "
+                         f"{retry} s", [(b"retry-after", str(retry).encode())],
+                         retry_after=retry, limit=limit)
             return
         await self._serve(scope, receive, _private(send), principal)
 
@@ -149,7 +155,7 @@ class McpGateway:
         if named is not None:
             session = await self._sessions.touch(named, principal.key_id)
             if session is None:  # unknown, expired, ended, or another key's
-                await _rpc_error(send, 404, -32600, "Session not found")
+                await session_not_found(send)
                 return
             if scope["method"] == "DELETE":
                 await self._sessions.close(session, principal.key_id)
@@ -178,14 +184,7 @@ class McpGateway:
         try:
             await self._changes.stream(principal.org_id, receive, send, alive)
         except StreamsFull as exc:
-            await _reply(send, 429, "rate_limited", str(exc))
-
-    async def _authenticate(self, scope: Scope) -> Principal | None:
-        assert self._ator is not None
-        auth = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-        if auth[:7].lower() != "bearer " or not auth[7:].strip():
-            return None
-        return await self._ator.service(Access).authenticate(auth[7:].strip())
+            await refuse(send, 429, "rate_limited", str(exc))
 
     def _principal(self, ctx: ServerRequestContext[Any, Any]
                    ) -> tuple[Catalog, Principal, UUID | None]:
@@ -214,6 +213,14 @@ class McpGateway:
         catalog, principal, conversation = self._principal(ctx)
         return await catalog.call(principal, params.name, params.arguments or {},
                                   conversation)
+
+
+def _bearer(scope: Scope) -> str | None:
+    raw: bytes = dict(scope.get("headers") or []).get(b"authorization", b"")
+    auth = raw.decode("latin-1")
+    if auth[:7].lower() != "bearer " or not auth[7:].strip():
+        return None
+    return auth[7:].strip()
 
 
 class _Server(Server[Any]):
@@ -259,7 +266,7 @@ async def _peek_method(receive: Receive) -> tuple[Receive, str | None]:
         if not message.get("more_body", False):
             break
     try:
-        parsed = json.loads(body)
+        parsed = jsonenc.loads(body)
     except ValueError:
         parsed = None
     method = parsed.get("method") if isinstance(parsed, dict) else None
@@ -277,23 +284,3 @@ def _with_header(send: Send, name: bytes, value: bytes) -> Send:
         await send(message)
 
     return wrapped
-
-
-async def _rpc_error(send: Send, status: int, code: int, message: str) -> None:
-    body = json.dumps({"jsonrpc": "2.0", "id": None,
-                       "error": {"code": code, "message": message}}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _reply(send: Send, status: int, code: str, detail: str,
-                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    # The API's problem shape (api/problems.py), which this layer cannot import.
-    body = json.dumps({"type": f"https://ator.dev/problems/{code}",
-                       "title": code.replace("_", " ").capitalize(), "status": status,
-                       "detail": detail, "code": code}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/problem+json"),
-        (b"content-length", str(len(body)).encode()), *(headers or [])]})
-    await send({"type": "http.response.body", "body": body})
