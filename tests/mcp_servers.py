@@ -25,7 +25,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["ServerState", "demo_server", "serve_mcp"]
+__all__ = ["ServerState", "counter_server", "demo_server", "serve_mcp"]
 
 
 @dataclass
@@ -79,6 +79,21 @@ def demo_server(name: str = "demo", state: ServerState | None = None,
         @server.tool(description="x" * long_description)
         def verbose() -> str:
             return "ok"
+
+    return server
+
+
+def counter_server(name: str = "counter") -> MCPServer:
+    """A stateful server: `bump` counts calls per session (by its `Mcp-Session-Id`), so two
+    clients sharing one upstream session would see each other's counts."""
+    server = MCPServer(name)
+    counts: dict[str, int] = {}
+
+    @server.tool(description="Count one more in this session; answers the count.")
+    def bump(ctx: Context) -> str:
+        session = (ctx.headers or {}).get("mcp-session-id", "")
+        counts[session] = counts.get(session, 0) + 1
+        return str(counts[session])
 
     return server
 

@@ -132,7 +132,8 @@ async def test_a_viewer_key_calls_read_only_tools_only(served: Served, era: str)
     assert (rows[0].tool, rows[0].error_code) == ("note", "tool_denied")
 
 
-async def test_a_missing_or_bad_key_is_401_problem_json(served: Served) -> None:
+async def test_a_missing_or_bad_key_is_401_with_a_json_rpc_error_carrying_the_problem(
+        served: Served) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     async with httpx.AsyncClient(timeout=30) as http:
         for headers in ({}, {"Authorization": "Bearer ator_nope_not-a-key"},
@@ -140,8 +141,10 @@ async def test_a_missing_or_bad_key_is_401_problem_json(served: Served) -> None:
             got = await http.post(served.url, json=body, headers={
                 **headers, "Accept": "application/json, text/event-stream"})
             assert got.status_code == 401, got.text
-            assert got.headers["content-type"] == "application/problem+json"
-            assert got.json()["code"] == "unauthenticated"
+            assert got.headers["content-type"] == "application/json"
+            error = got.json()["error"]
+            assert error["code"] == -32001 and error["data"]["code"] == "unauthenticated"
+            assert error["data"]["status"] == 401 and "API key" in error["message"]
             assert got.headers["www-authenticate"].startswith("Bearer")
 
 

@@ -20,7 +20,7 @@ from ator import Ator
 from ator.api.app import create_app
 from ator.engine.mcp import McpServers, McpService
 from ator.engine.tool_calls import ToolCalls
-from tests.mcp_servers import ServerState, demo_server, serve_app, serve_mcp
+from tests.mcp_servers import ServerState, counter_server, demo_server, serve_app, serve_mcp
 from tests.test_gateway import Org, _client, _org, _text
 
 
@@ -147,3 +147,26 @@ async def test_a_listing_is_reused_so_a_call_is_one_upstream_round_trip(
     # Each live server listed once for this session (the one down is asked each time).
     live = [k for k in listed if k.server_id != ups.down_id]
     assert len(live) == 2, live
+
+
+async def test_two_downstream_clients_of_a_stateful_upstream_see_separate_state(
+        make_ator: Any) -> None:
+    async with make_ator(rate_limit_per_minute=1000, egress_allow=("127.0.0.1",)) as ator, \
+            serve_app(create_app(ator.settings, runtime=ator)) as port, \
+            serve_mcp(counter_server(), era="handshake") as counter_url:
+        org = await _org(ator)
+        made = await ator.service(McpServers).create_mcp_server(org.scope, name="counter",
+                                                                url=counter_url)
+        bump = f"{made.id.hex[:8]}__bump"
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with _client(url, org.admin, "legacy") as one, \
+                _client(url, org.admin, "legacy") as two:
+            seen = []
+            for client in (one, one, two, one, two):
+                seen.append(_data(_text(await client.call_tool(bump, {}))))
+        assert seen == ["1", "2", "1", "3", "2"]
+
+
+def _data(text: str) -> str:
+    """The data inside the untrusted-data wrapper (tools.base.untrusted)."""
+    return text[text.index(">\n") + 2:text.index("\n</untrusted-data>")]

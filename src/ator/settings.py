@@ -278,6 +278,9 @@ class Settings(BaseSettings):
     gateway_allowed_origins: Annotated[tuple[str, ...], NoDecode] = ()
     # Handshake-era sessions (Mcp-Session-Id) idle longer than this are closed.
     gateway_session_idle: float = Field(default=1800.0, gt=0)
+    # A published workflow called as a tool answers its output if its run ends within this
+    # many seconds, else its run id and status.
+    gateway_workflow_wait: float = Field(default=5.0, ge=0, le=60)
 
     # Workflows (ator.workflows). Every run has a step and a wall-clock budget: a recipe's
     # own (`budget.max_steps`, `budget.wall_clock_s`) or these defaults, never above these

@@ -23,6 +23,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from ator.coord.base import Coordinator
+from ator.coord.catalog import catalog_changed
 from ator.engine.gated import PolicyGated
 from ator.engine.recent import Recent
 from ator.errors import AtorError, EgressBlocked, SecretError, ValidationFailed
@@ -150,9 +152,11 @@ class McpServers:
     """An org's MCP servers: CRUD and `test_mcp_server` (the service the API reaches through
     `Ator.service(McpServers)`)."""
 
-    def __init__(self, db: Database, mcp: McpService) -> None:
+    def __init__(self, db: Database, mcp: McpService, coord: Coordinator | None = None
+                 ) -> None:
         self.db = db
         self.mcp = mcp
+        self.coord = coord  # where a change of the org's catalog is announced
 
     def _check_server(self, values: Mapping[str, Any]) -> dict[str, Any]:
         check_storable(dict(values))  # NUL: `unstorable_value`, as in every request body
@@ -195,7 +199,9 @@ class McpServers:
     async def create_mcp_server(self, scope: Scope, **values: Any) -> McpServer:
         checked = self._check_server(values)
         self.mcp.recent.drop(scope.org_id)
-        return await server_store.create_server(self.db, scope, **checked)
+        made = await server_store.create_server(self.db, scope, **checked)
+        await catalog_changed(self.coord, scope.org_id, "mcp_server")
+        return made
 
     async def list_mcp_servers(self, scope: Scope) -> list[McpServer]:
         return await server_store.list_servers(self.db, scope)
@@ -215,11 +221,14 @@ class McpServers:
         if reach_changed:  # a catalog synced from another endpoint is not this one's
             checked["catalog"] = None
         self.mcp.recent.drop(scope.org_id)
-        return await server_store.update_server(self.db, scope, server_id, **checked)
+        updated = await server_store.update_server(self.db, scope, server_id, **checked)
+        await catalog_changed(self.coord, scope.org_id, "mcp_server")
+        return updated
 
     async def delete_mcp_server(self, scope: Scope, server_id: UUID) -> None:
         self.mcp.recent.drop(scope.org_id)
         await server_store.delete_server(self.db, scope, server_id)
+        await catalog_changed(self.coord, scope.org_id, "mcp_server")
 
     async def test_mcp_server(self, scope: Scope, server_id: UUID) -> dict[str, Any]:
         """Connect, negotiate, list the tools, store them as the server's catalog. Returns
@@ -243,6 +252,7 @@ class McpServers:
                                              catalog=[t.record() for t in tools],
                                              last_test=report)
             self.mcp.recent.drop(scope.org_id)
+            await catalog_changed(self.coord, scope.org_id, "mcp_server")
         except AtorError as exc:
             report = {"ok": False, "error": {"code": exc.code, "message": exc.message,
                                              "facts": getattr(exc, "facts", {})}}

@@ -26,7 +26,7 @@ class McpExtension(Extension):
 
     def __init__(self, kernel: Kernel) -> None:
         self.service = McpService(kernel.settings, kernel.db, kernel.master_key)
-        self.servers = McpServers(kernel.db, self.service)
+        self.servers = McpServers(kernel.db, self.service, kernel.coord)
 
     def toolsets(self) -> Sequence[Toolset]:
         return [self.service.gated, self.service.toolset]

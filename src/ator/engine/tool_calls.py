@@ -84,6 +84,12 @@ class ToolCalls:
         self._result_chars = result_chars
         self._services = dict(services or {})
 
+    def with_toolsets(self, extra: Sequence[OrgToolset]) -> ToolCalls:
+        """The same calls with `extra` toolsets after these (a transport's own tools, such
+        as the MCP gateway's published workflows): same policy, caps and audit."""
+        return ToolCalls(self._db, [*self._toolsets, *extra], timeout=self._timeout,
+                         result_chars=self._result_chars, services=self._services)
+
     async def run(
         self, scope: Scope, caller: Caller, name: str, args: Any,
         *, policy: ToolPolicy | None = None, conversation: UUID | None = None,

@@ -13,8 +13,9 @@ no state on the server for tools) and owns the session itself:
 - DELETE releases it.
 
 The session's id is also the downstream conversation the catalog keys upstream sessions by.
-What is lost: server-to-client requests and notifications on a session (the stateless SDK
-has no back channel), so `notifications/tools/list_changed` is not sent.
+The session's standing GET stream is the gateway's own too (gateway/changes.py: catalog
+changes, told on any replica); what is lost is server-to-client *requests* (sampling,
+elicitation: the stateless SDK has no back channel for their answers).
 """
 
 from __future__ import annotations

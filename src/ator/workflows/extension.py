@@ -54,7 +54,7 @@ class WorkflowsExtension(Extension):
         ])
         # The queue this extension enqueues on knows its own kinds (their attempts policy).
         queue = JobQueue(kernel.db, self._kinds)
-        self.workflows = Workflows(kernel.db, queue, s)
+        self.workflows = Workflows(kernel.db, queue, s, kernel.coord)
         self.reconciler = Reconciler(kernel.db, queue, self.expressions,
                                      lease_ttl=s.workflow_lease_ttl,
                                      value_bytes=s.workflow_value_bytes,

@@ -18,6 +18,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from ator.coord.base import Coordinator
+from ator.coord.catalog import catalog_changed
 from ator.errors import Conflict, NotFound
 from ator.jobs import JobQueue
 from ator.settings import Settings
@@ -35,8 +37,10 @@ __all__ = ["Workflows"]
 
 
 class Workflows:
-    def __init__(self, db: Database, queue: JobQueue, settings: Settings) -> None:
+    def __init__(self, db: Database, queue: JobQueue, settings: Settings,
+                 coord: Coordinator | None = None) -> None:
         self.db = db
+        self.coord = coord  # where a newly published version is announced
         self.queue = queue
         self.settings = settings
         self.limits = Limits(settings.workflow_max_steps_ceiling,
@@ -68,6 +72,7 @@ class Workflows:
         made = await run_store.publish(self.db, scope, workflow_id, checked, digest)
         if made is None:
             raise NotFound("no such workflow")
+        await catalog_changed(self.coord, scope.org_id, "workflow")
         return made
 
     async def version(self, scope: Scope, workflow_id: UUID, version: int | None) -> Row:
