@@ -21,9 +21,8 @@ from ator.errors import NotFound, ValidationFailed
 from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store import turns as turn_store
 from ator.store.scope import Scope
-from ator.store.webhooks import TurnEndedOutbox
+from ator.store.webhooks import TurnOutbox
 from ator.webhooks import Webhooks
-from ator.webhooks.delivery import DISPATCH
 from tests.conftest import ended, new_thread, wait_for_event
 from tests.webhook_receiver import Receiver, serve_receiver
 
@@ -205,7 +204,7 @@ async def test_a_turn_end_that_did_not_commit_writes_no_event(
         write = await turn_store.write_step(
             ator.db, scope, thread.id, turn.id, [], steps=1,
             parts=[turn_store.Finished("done", "end_turn"),
-                   TurnEndedOutbox(uuid.uuid4(), "{}", DISPATCH, 3)])
+                   TurnOutbox((("turn.ended", "{}"),))])
         assert write.live is False
         assert write.extra["webhook_jobs"] == 0
         assert len(await hooks.deliveries(scope, endpoint.id)) == 1

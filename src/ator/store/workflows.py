@@ -29,6 +29,7 @@ from uuid import UUID, uuid4
 import sqlalchemy as sa
 
 from ator.errors import Conflict
+from ator.store import webhooks
 from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
 
@@ -223,9 +224,14 @@ async def list_runs(db: Database, scope: Scope, *, workflow_id: UUID | None,
 
 async def add_event(conn: Connection, run_id: UUID, kind: str, data: dict[str, Any], *,
                     bump: bool) -> int:
-    """Append to the run's event log; `bump` also tells the reconciler something changed."""
-    return int((await conn.execute(_EVENT, {"run_id": run_id, "kind": kind, "data": dumps(data),
-                                            "bump": 1 if bump else 0})).one()["seq"])
+    """Append to the run's event log; `bump` also tells the reconciler something changed.
+    The event that ends a run also writes its `run.ended` webhook (store/webhooks.py), in
+    the same transaction, whichever writer ends it."""
+    seq = int((await conn.execute(_EVENT, {"run_id": run_id, "kind": kind, "data": dumps(data),
+                                           "bump": 1 if bump else 0})).one()["seq"])
+    if kind in webhooks.RUN_ENDED:
+        await webhooks.run_ended(conn, run_id, kind, data)
+    return seq
 
 
 async def events(db: Database, scope: Scope, run_id: UUID, *, after: int,

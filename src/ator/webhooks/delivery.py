@@ -15,6 +15,10 @@ Two job kinds:
   During a secret rotation's overlap each request carries two signatures (new, then old).
   An endpoint whose every attempt failed for `webhook_disable_after` seconds is disabled.
   Every attempt is logged: status, latency, error, a capped excerpt of the answer.
+
+Disabling an endpoint (410, failing too long, an admin) writes an `endpoint.disabled` event
+for the org's other endpoints in the same transaction (`disable`), and the console shows the
+reason and the time.
 """
 
 from __future__ import annotations
@@ -35,13 +39,13 @@ from ator.net import Egress
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
 from ator.store import webhooks as store
-from ator.store.database import Database
+from ator.store.database import Connection, Database
 from ator.store.scope import Scope
+from ator.store.webhooks import DISPATCH, DISPATCH_ATTEMPTS
 from ator.webhooks.signing import sign
 
-__all__ = ["DELIVER", "DISPATCH", "Deliverer", "secret_context"]
+__all__ = ["DELIVER", "DISPATCH", "Deliverer", "disabled", "secret_context"]
 
-DISPATCH = "webhooks.dispatch"
 DELIVER = "webhooks.deliver"
 _MAX_RETRY_AFTER = 86_400.0
 
@@ -49,6 +53,14 @@ _MAX_RETRY_AFTER = 86_400.0
 def secret_context(org_id: UUID) -> str:
     """The AES-GCM context a webhook secret of this org is sealed under."""
     return f"webhook-secret:{org_id}"
+
+
+async def disabled(conn: Connection, scope: Scope, endpoint: store.Endpoint) -> None:
+    """Tell the org (its other endpoints) that `endpoint` was just disabled."""
+    await store.emit(conn, scope.org_id, "endpoint.disabled", {
+        "org_id": str(scope.org_id), "endpoint_id": str(endpoint.id), "url": endpoint.url,
+        "reason": endpoint.disabled_reason,
+        "disabled_at": endpoint.disabled_at.isoformat() if endpoint.disabled_at else None})
 
 
 def retry_after(value: str | None, now: float) -> float | None:
@@ -82,7 +94,7 @@ class Deliverer:
 
     def kinds(self) -> list[JobKind]:
         return [
-            JobKind(DISPATCH, self.dispatch, max_attempts=10, backoff_base=1.0),
+            JobKind(DISPATCH, self.dispatch, max_attempts=DISPATCH_ATTEMPTS, backoff_base=1.0),
             JobKind(DELIVER, self.deliver, max_attempts=len(self.delays) + 1,
                     timeout=self.settings.webhook_timeout + 10.0),
         ]
@@ -107,17 +119,21 @@ class Deliverer:
         status, wait = await self._attempt(scope, delivery, endpoint.url,
                                            self._secrets(endpoint), body)
         ok = status is not None and 200 <= status < 300
-        enabled = await store.mark_health(self.db, scope, endpoint.id, ok=ok,
-                                          disable_after=self.settings.webhook_disable_after)
+        async with self.db.begin() as conn:
+            health, now_disabled = await store.mark_health(
+                conn, scope, endpoint.id, ok=ok, disable_after=self.settings.webhook_disable_after)
+            if health is not None and health.enabled and status == 410:
+                health = await store.disable_endpoint(conn, scope, endpoint.id,
+                                                      "the receiver answered 410 Gone")
+                now_disabled = health is not None
+            if health is not None and now_disabled:
+                await disabled(conn, scope, health)
+        enabled = health is not None and health.enabled
         if ok:
             await store.finish_delivery(self.db, scope, delivery.id, "delivered")
-        elif not enabled:  # failing for too long: disabled now (`disabled_reason` says so)
-            await store.finish_delivery(self.db, scope, delivery.id, "failed")
-        elif status == 410:
-            await store.disable_endpoint(self.db, scope, endpoint.id,
-                                         "the receiver answered 410 Gone")
-            await store.finish_delivery(self.db, scope, delivery.id, "failed")
-        elif ctx.attempt >= min(ctx.max_attempts, len(self.delays) + 1):
+        elif not enabled or ctx.attempt >= min(ctx.max_attempts, len(self.delays) + 1):
+            # disabled (410, or failing for too long: `disabled_reason` says which), or
+            # the attempts are spent
             await store.finish_delivery(self.db, scope, delivery.id, "failed")
         else:
             delay = self.delays[ctx.attempt - 1] * self.rng.uniform(0.9, 1.1)
