@@ -6,10 +6,8 @@ is registered, and a turn whose end did not commit writes no event."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,12 +16,12 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from ator import Ator
 from ator.errors import NotFound, ValidationFailed
-from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store import turns as turn_store
 from ator.store.scope import Scope
 from ator.store.webhooks import TurnOutbox
 from ator.webhooks import Webhooks
 from tests.conftest import ended, new_thread, wait_for_event
+from tests.webhook_kit import FAST, scripted, until
 from tests.webhook_receiver import Receiver, serve_receiver
 
 
@@ -31,21 +29,6 @@ from tests.webhook_receiver import Receiver, serve_receiver
 async def receiver() -> AsyncIterator[Receiver]:
     async with serve_receiver() as made:
         yield made
-
-
-FAST = {"egress_allow": ("127.0.0.1",), "webhook_retry_delays": (0.05, 0.05, 0.05, 0.05),
-        "job_poll_interval": 0.05}
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
-def scripted() -> dict[str, Any]:
-    return {"providers": {"s": ScriptedProvider([ScriptStep(text="done")], repeat_last=True)}}
 
 
 async def one_turn(ator: Ator) -> tuple[Scope, Any]:

@@ -12,25 +12,17 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
-from standardwebhooks.webhooks import Webhook
 
 from ator import Ator
 from ator.store import webhook_inbound as store
 from ator.store.scope import Scope
 from ator.webhooks import InboundHooks
 from tests.conftest import ended, operator_client, wait_for_event
-
-SETTINGS = {"rate_limit_per_minute": 10_000, "egress_allow": ("127.0.0.1",),
-            "job_poll_interval": 0.05, "webhook_inbound_max_bytes": 4096}
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
+from tests.webhook_kit import SETTINGS, a_thread, auth, org_admin, signed
 
 
 @pytest.fixture
@@ -38,35 +30,6 @@ async def api(make_ator: Any) -> AsyncIterator[tuple[httpx.AsyncClient, str, Ato
     async with operator_client(make_ator, **SETTINGS) as made:
         await made[2].start_jobs()
         yield made
-
-
-async def org_admin(client: httpx.AsyncClient, operator: str) -> tuple[str, str]:
-    """A new org and its admin key: (org id, key)."""
-    org = (await client.post("/v1/orgs", json={"name": f"o-{uuid.uuid4().hex[:6]}"},
-                             headers=auth(operator))).json()
-    made = await client.post(f"/v1/orgs/{org['id']}/api-keys", headers=auth(operator),
-                             json={"name": "k", "role": "admin", "email": "a@b"})
-    assert made.status_code == 201, made.text
-    return str(org["id"]), str(made.json()["key"])
-
-
-async def a_thread(client: httpx.AsyncClient, key: str) -> str:
-    setup = (await client.post("/v1/setups", headers=auth(key), json={
-        "name": "s", "provider": "scripted", "model": "scripted",
-        "config": {"script": [{"text": "ok"}], "repeat_last": True}})).json()
-    thread = await client.post("/v1/threads", headers=auth(key),
-                               json={"setup_id": setup["id"]})
-    assert thread.status_code == 201, thread.text
-    return str(thread.json()["id"])
-
-
-def signed(secret: str, msg_id: str, payload: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
-    body = json.dumps(payload)
-    stamp = datetime.now(UTC)
-    return body.encode(), {
-        "content-type": "application/json", "webhook-id": msg_id,
-        "webhook-timestamp": str(int(stamp.timestamp())),
-        "webhook-signature": Webhook(secret).sign(msg_id, stamp, body)}
 
 
 async def test_outbound_endpoints_by_role_and_org(api: Any) -> None:

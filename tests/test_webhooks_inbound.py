@@ -23,8 +23,7 @@ from ator.store import webhook_inbound as store
 from ator.store.scope import Scope
 from ator.workflows import Workflows
 from tests.conftest import ended, operator_client, wait_for_event
-from tests.test_webhooks import until
-from tests.test_webhooks_api import SETTINGS, a_thread, auth, org_admin, signed
+from tests.webhook_kit import SETTINGS, a_thread, auth, org_admin, signed, until
 
 
 async def a_setup(client: httpx.AsyncClient, key: str) -> str:
