@@ -280,13 +280,15 @@ job AS (
 SELECT count(pg_notify('{CHANNEL}', '')) AS jobs FROM job""")
 
 
-async def emit(conn: Connection, org_id: UUID, event_type: str, data: dict[str, Any]) -> bool:
+async def emit(conn: Connection, org_id: UUID, event_type: str,
+               data: dict[str, Any]) -> UUID | None:
     """Write an event and its fan-out job on the caller's transaction, if an enabled
-    endpoint of the org wants the type; returns whether one was written."""
-    row = (await conn.execute(_EMIT, {"id": uuid.uuid4(), "org_id": org_id,
-                                      "type": event_type,
+    endpoint of the org wants the type; returns its id (its `webhook-id` is `msg_<hex>`),
+    or None when no endpoint wants it."""
+    event_id = uuid.uuid4()
+    row = (await conn.execute(_EMIT, {"id": event_id, "org_id": org_id, "type": event_type,
                                       "body": envelope(event_type, data)})).one()
-    return bool(row["jobs"])
+    return event_id if row["jobs"] else None
 
 
 _RUN = sa.text("""
