@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, overload
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -382,12 +382,46 @@ SELECT attempt, status_code, latency_ms, error, response_excerpt, created_at
   FROM webhook_attempts WHERE delivery_id = :id AND org_id = :org_id ORDER BY attempt""")
 
 
-async def get_delivery(db: Database, scope: Scope,
-                       delivery_id: UUID) -> tuple[Delivery, str] | None:
-    """The delivery and its event's body, or None (another org's is None too)."""
-    rows = await db.fetch(_GET_DELIVERY, {"id": delivery_id, "org_id": scope.org_id},
+_DELIVERY_TARGET = sa.text(f"""
+SELECT {_DELIVERY_COLUMNS}, e.body, w.id AS w_id, w.url AS w_url,
+       w.description AS w_description, w.event_types AS w_event_types,
+       w.secret_nonce AS w_secret_nonce, w.secret_ct AS w_secret_ct, w.enabled AS w_enabled,
+       w.disabled_reason AS w_disabled_reason, w.created_at AS w_created_at,
+       w.previous_nonce AS w_previous_nonce, w.previous_ct AS w_previous_ct,
+       w.previous_until AS w_previous_until, w.failing_since AS w_failing_since,
+       w.disabled_at AS w_disabled_at, w.org_id AS w_org_id
+  FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
+  LEFT JOIN webhook_endpoints w ON w.id = d.endpoint_id
+ WHERE d.id = :id AND d.org_id = :org_id""")
+
+
+@overload
+async def get_delivery(db: Database, scope: Scope, delivery_id: UUID) -> tuple[
+    Delivery, str] | None: ...
+
+
+@overload
+async def get_delivery(db: Database, scope: Scope, delivery_id: UUID, *,
+                       with_endpoint: Literal[True]) -> tuple[
+    Delivery, str, Endpoint | None] | None: ...
+
+
+async def get_delivery(db: Database, scope: Scope, delivery_id: UUID, *,
+                       with_endpoint: bool = False) -> Any:
+    """The delivery and its event's body (and, `with_endpoint`, its endpoint, in the same
+    statement), or None (another org's is None too)."""
+    if not with_endpoint:
+        rows = await db.fetch(_GET_DELIVERY, {"id": delivery_id, "org_id": scope.org_id},
+                              write=False)
+        return (_delivery(rows[0]), rows[0]["body"]) if rows else None
+    rows = await db.fetch(_DELIVERY_TARGET, {"id": delivery_id, "org_id": scope.org_id},
                           write=False)
-    return (_delivery(rows[0]), rows[0]["body"]) if rows else None
+    if not rows:
+        return None
+    r = rows[0]
+    endpoint = None if r["w_id"] is None else _endpoint(
+        {k[2:]: v for k, v in r.items() if k.startswith("w_")})
+    return _delivery(r), r["body"], endpoint
 
 
 async def list_deliveries(db: Database, scope: Scope, endpoint_id: UUID, *,
@@ -396,19 +430,21 @@ async def list_deliveries(db: Database, scope: Scope, endpoint_id: UUID, *,
         "endpoint_id": endpoint_id, "org_id": scope.org_id, "limit": limit}, write=False)]
 
 
-async def record_attempt(db: Database, scope: Scope, delivery_id: UUID, *,
+async def record_attempt(conn: Connection, scope: Scope, delivery_id: UUID, *,
                          status_code: int | None, latency_ms: int, error: str | None,
                          excerpt: str | None) -> int:
-    """Log one attempt (numbered across replays); returns its number."""
-    rows = await db.fetch(_RECORD_ATTEMPT, {
+    """Log one attempt (numbered across replays) on the caller's transaction; returns its
+    number."""
+    row = (await conn.execute(_RECORD_ATTEMPT, {
         "id": delivery_id, "org_id": scope.org_id, "status_code": status_code,
-        "latency_ms": latency_ms, "error": error, "excerpt": excerpt}, write=True)
-    return int(rows[0]["attempt"]) if rows else 0
+        "latency_ms": latency_ms, "error": error, "excerpt": excerpt})).first()
+    return int(row["attempt"]) if row is not None else 0
 
 
-async def finish_delivery(db: Database, scope: Scope, delivery_id: UUID, status: str) -> None:
-    await db.fetch(_FINISH_DELIVERY, {"id": delivery_id, "org_id": scope.org_id,
-                                      "status": status}, write=True)
+async def finish_delivery(conn: Connection, scope: Scope, delivery_id: UUID,
+                          status: str) -> None:
+    await conn.execute(_FINISH_DELIVERY, {"id": delivery_id, "org_id": scope.org_id,
+                                          "status": status})
 
 
 async def reopen_delivery(conn: Connection, scope: Scope, delivery_id: UUID) -> bool:

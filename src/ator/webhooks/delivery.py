@@ -26,7 +26,7 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -77,6 +77,18 @@ def retry_after(value: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One attempt's outcome: its status (None: no answer), latency, error, the capped
+    excerpt of the answer and the receiver's `Retry-After` in seconds."""
+
+    status_code: int | None
+    latency_ms: int
+    error: str | None
+    excerpt: str | None
+    wait: float | None
+
+
 class Deliverer:
     """The two outbound job kinds' handlers, sharing one guarded client."""
 
@@ -107,19 +119,27 @@ class Deliverer:
             await ctx.complete(conn)
 
     async def deliver(self, ctx: JobContext, payload: dict[str, Any]) -> None:
+        # One read before the POST and one transaction after it: the attempt's log, the
+        # endpoint's health (and a disable, told to the org) and, when the delivery is
+        # finished, its status and the job's completion commit together.
         scope = ctx.scope
-        found = await store.get_delivery(self.db, scope, UUID(payload["delivery_id"]))
+        found = await store.get_delivery(self.db, scope, UUID(payload["delivery_id"]),
+                                         with_endpoint=True)
         if found is None or found[0].status != "pending":
             return
-        delivery, body = found
-        endpoint = await store.get_endpoint(self.db, scope, delivery.endpoint_id)
+        delivery, body, endpoint = found
         if endpoint is None or not endpoint.enabled:
-            await store.finish_delivery(self.db, scope, delivery.id, "skipped")
+            async with self.db.begin() as conn:
+                await store.finish_delivery(conn, scope, delivery.id, "skipped")
+                await ctx.complete(conn)
             return
-        status, wait = await self._attempt(scope, delivery, endpoint.url,
-                                           self._secrets(endpoint), body)
+        attempt = await self._attempt(delivery, endpoint.url, self._secrets(endpoint), body)
+        status, wait = attempt.status_code, attempt.wait
         ok = status is not None and 200 <= status < 300
         async with self.db.begin() as conn:
+            await store.record_attempt(conn, scope, delivery.id, status_code=status,
+                                       latency_ms=attempt.latency_ms, error=attempt.error,
+                                       excerpt=attempt.excerpt)
             health, now_disabled = await store.mark_health(
                 conn, scope, endpoint.id, ok=ok, disable_after=self.settings.webhook_disable_after)
             if health is not None and health.enabled and status == 410:
@@ -128,17 +148,18 @@ class Deliverer:
                 now_disabled = health is not None
             if health is not None and now_disabled:
                 await disabled(conn, scope, health)
-        enabled = health is not None and health.enabled
-        if ok:
-            await store.finish_delivery(self.db, scope, delivery.id, "delivered")
-        elif not enabled or ctx.attempt >= min(ctx.max_attempts, len(self.delays) + 1):
-            # disabled (410, or failing for too long: `disabled_reason` says which), or
-            # the attempts are spent
-            await store.finish_delivery(self.db, scope, delivery.id, "failed")
-        else:
-            delay = self.delays[ctx.attempt - 1] * self.rng.uniform(0.9, 1.1)
-            raise Retry(after=max(delay, min(wait or 0.0, _MAX_RETRY_AFTER)),
-                        reason=f"webhook attempt {ctx.attempt} failed ({status})")
+            enabled = health is not None and health.enabled
+            # Failed for good: disabled (410, or failing for too long: `disabled_reason`
+            # says which), or the attempts are spent.
+            spent = not enabled or ctx.attempt >= min(ctx.max_attempts, len(self.delays) + 1)
+            if ok or spent:
+                await store.finish_delivery(conn, scope, delivery.id,
+                                            "delivered" if ok else "failed")
+                await ctx.complete(conn)
+                return
+        delay = self.delays[ctx.attempt - 1] * self.rng.uniform(0.9, 1.1)
+        raise Retry(after=max(delay, min(wait or 0.0, _MAX_RETRY_AFTER)),
+                    reason=f"webhook attempt {ctx.attempt} failed ({status})")
 
     def _secrets(self, endpoint: store.Endpoint) -> list[str]:
         """The endpoint's secret, and during a rotation's overlap the previous one too."""
@@ -152,9 +173,9 @@ class Deliverer:
                                                  context=context))
         return found
 
-    async def _attempt(self, scope: Scope, delivery: store.Delivery, url: str,
-                       secrets: list[str], body: str) -> tuple[int | None, float | None]:
-        """One POST, logged; returns (status or None, Retry-After seconds or None)."""
+    async def _attempt(self, delivery: store.Delivery, url: str, secrets: list[str],
+                       body: str) -> Sent:
+        """One POST; what to log of it (the caller writes it)."""
         data = body.encode()
         msg_id = f"msg_{delivery.event_id.hex}"
         stamp = int(datetime.now(UTC).timestamp())
@@ -178,10 +199,7 @@ class Deliverer:
                 error = "the receiver redirected; redirects are not followed"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
-        latency = int((time.monotonic() - started) * 1000)
-        await store.record_attempt(self.db, scope, delivery.id, status_code=status,
-                                   latency_ms=latency, error=error, excerpt=excerpt)
-        return status, wait
+        return Sent(status, int((time.monotonic() - started) * 1000), error, excerpt, wait)
 
     async def _excerpt(self, answer: httpx.Response) -> str:
         limit = self.settings.webhook_response_excerpt
