@@ -6,10 +6,8 @@ is registered, and a turn whose end did not commit writes no event."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,13 +16,12 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from ator import Ator
 from ator.errors import NotFound, ValidationFailed
-from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store import turns as turn_store
 from ator.store.scope import Scope
-from ator.store.webhooks import TurnEndedOutbox
+from ator.store.webhooks import TurnOutbox
 from ator.webhooks import Webhooks
-from ator.webhooks.delivery import DISPATCH
 from tests.conftest import ended, new_thread, wait_for_event
+from tests.webhook_kit import FAST, scripted, until
 from tests.webhook_receiver import Receiver, serve_receiver
 
 
@@ -32,21 +29,6 @@ from tests.webhook_receiver import Receiver, serve_receiver
 async def receiver() -> AsyncIterator[Receiver]:
     async with serve_receiver() as made:
         yield made
-
-
-FAST = {"egress_allow": ("127.0.0.1",), "webhook_retry_delays": (0.05, 0.05, 0.05, 0.05),
-        "job_poll_interval": 0.05}
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
-def scripted() -> dict[str, Any]:
-    return {"providers": {"s": ScriptedProvider([ScriptStep(text="done")], repeat_last=True)}}
 
 
 async def one_turn(ator: Ator) -> tuple[Scope, Any]:
@@ -205,7 +187,7 @@ async def test_a_turn_end_that_did_not_commit_writes_no_event(
         write = await turn_store.write_step(
             ator.db, scope, thread.id, turn.id, [], steps=1,
             parts=[turn_store.Finished("done", "end_turn"),
-                   TurnEndedOutbox(uuid.uuid4(), "{}", DISPATCH, 3)])
+                   TurnOutbox((("turn.ended", "{}"),))])
         assert write.live is False
         assert write.extra["webhook_jobs"] == 0
         assert len(await hooks.deliveries(scope, endpoint.id)) == 1

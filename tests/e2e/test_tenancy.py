@@ -42,7 +42,7 @@ OWN_SESSION = "/v1/sessions"
 CALLER_SCOPED = {("put", "/v1/secrets/{name}")}
 # Where outside systems send webhooks: no caller org at all (the endpoint's own signature
 # authenticates the sender; tests/test_webhooks_api.py), so neither walk applies.
-UNAUTHENTICATED = {("post", "/v1/hooks/{inbound_id}")}
+UNAUTHENTICATED = {("post", "/v1/hooks/{inbound_id}"), ("post", "/v1/hooks/{inbound_id}/{token}")}
 # The operator's admins manage every org: the org record and its keys, nothing inside it.
 OPERATOR_MAY = {("get", "/v1/orgs/{org_id}"), ("patch", "/v1/orgs/{org_id}"),
                 ("post", "/v1/orgs/{org_id}/api-keys"), ("put", "/v1/orgs/{org_id}/tree-caps")}
@@ -108,11 +108,17 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
         assert time.monotonic() < deadline, "no delivery was made"
         await asyncio.sleep(0.1)
     inbound = await api.ok("POST", "/v1/webhooks/inbound", 201, json={
-        "name": f"in-{tag}", "thread_id": thread["id"], "mapping": {"text": "{/missing}"}})
+        "name": f"in-{tag}", "mapping": {  # fails on this payload: a received request to replay
+            "to": "thread", "thread_id": thread["id"], "text": "$string($number(tag))"}})
     body, stamp = json.dumps({"tag": tag}), datetime.now(UTC)
     received = await api.ok("POST", f"/v1/hooks/{inbound['id']}", 202, content=body, headers={
         "webhook-id": f"msg_{tag}", "webhook-timestamp": str(int(stamp.timestamp())),
         "webhook-signature": Webhook(inbound["secret"]).sign(f"msg_{tag}", stamp, body)})
+    deadline = time.monotonic() + 30  # settled before any snapshot: mapped, and failed
+    while (await api.ok("GET", f"/v1/webhooks/inbound/received/{received['id']}")
+           )["status"] != "failed":
+        assert time.monotonic() < deadline, "the received webhook was never mapped"
+        await asyncio.sleep(0.1)
     workflow = await api.ok("POST", "/v1/workflows", 201, json={"name": f"wf-{tag}"})
     await api.ok("POST", f"/v1/workflows/{workflow['id']}/versions", 201,
                  json={"recipe": WAITING_RECIPE})
@@ -198,10 +204,11 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
         ("put", "/v1/org/policy"): {"text": "policy-from-outside"},
         ("put", "/v1/threads/{thread_id}/instructions"): {"text": "from another org"},
         ("post", "/v1/webhooks/endpoints"): {"url": "https://made.example/hook"},
-        ("post", "/v1/webhooks/inbound"): {"name": "made-by-a-tenant",
-                                           "thread_id": victim.ids["thread_id"],
-                                           "mapping": {"text": "{/x}"}},
-        ("patch", "/v1/webhooks/inbound/{inbound_id}"): {"mapping": {"text": "outside {/x}"}},
+        ("post", "/v1/webhooks/inbound"): {"name": "made-by-a-tenant", "mapping": {
+            "to": "thread", "thread_id": victim.ids["thread_id"], "text": "x"}},
+        ("patch", "/v1/webhooks/inbound/{inbound_id}"): {"name": "renamed-from-outside"},
+        ("patch", "/v1/webhooks/endpoints/{endpoint_id}"): {"description": "from outside",
+                                                            "enabled": False},
         ("post", "/v1/webhooks/endpoints/{endpoint_id}/rotate-secret"): {"overlap_s": 60},
         ("post", "/v1/workflows/validate"): {"recipe": WAITING_RECIPE},
         ("post", "/v1/workflows"): {"name": "made-by-a-tenant"},
@@ -277,6 +284,8 @@ async def snapshot(tenant: Tenant) -> dict[str, Any]:
         "inbound": await api.ok("GET", f"/v1/webhooks/inbound/{ids['inbound_id']}"),
         "approval": await api.ok("GET", f"/v1/approvals/{ids['action_id']}"),
         "approvals": await api.ok("GET", "/v1/approvals/settings"),
+        "inbound_list": await api.ok("GET", "/v1/webhooks/inbound"),
+        "received": await api.ok("GET", f"/v1/webhooks/inbound/{ids['inbound_id']}/received"),
     }
 
 

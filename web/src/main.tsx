@@ -1,7 +1,7 @@
 // The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
 // threads, chat (with the inspector, instructions and the subagent tree), workflow runs (drawn
-// live as a graph), approvals, usage, setups,
-// secrets, keys and the org policy. Live state arrives over one socket.
+// live as a graph), approvals, usage, setups, secrets, keys, the org policy and webhooks
+// (outbound and inbound). Live state arrives over one socket.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, explain, setCsrf, type Who } from "./api";
@@ -17,6 +17,8 @@ import { Secrets, Keys } from "./screens/admin";
 import { Policy } from "./screens/prompts";
 import { RunView, Runs } from "./screens/runs";
 import { Approvals } from "./screens/approvals";
+import { Webhooks } from "./screens/webhooks";
+import { InboundHooks } from "./screens/inbound";
 import "./screens/inspector"; // registers the footer action
 import "./screens/tree"; // registers the thread tab
 import "./style.css";
@@ -95,6 +97,8 @@ function App() {
   else if (path.startsWith("/keys")) screen = <Keys who={who} />;
   else if (path.startsWith("/policy")) screen = <Policy who={who} />;
   else if (path.startsWith("/approvals")) screen = <Approvals live={live} who={who} />;
+  else if (path.startsWith("/webhooks/inbound")) screen = <InboundHooks who={who} />;
+  else if (path.startsWith("/webhooks")) screen = <Webhooks who={who} />;
   else screen = <Threads live={live} who={who} />;
 
   const nav = (to: string, label: string) => (
@@ -115,6 +119,7 @@ function App() {
           {who.role === "admin" && nav("/secrets", "Secrets")}
           {who.role === "admin" && nav("/keys", "API keys")}
           {nav("/policy", "Policy")}
+          {nav("/webhooks", "Webhooks")}
         </nav>
         <span class={`conn ${status}`} data-testid="connection" title="live connection">
           {status === "live" ? "● live" : status === "offline" ? "○ reconnecting" : "○ connecting"}

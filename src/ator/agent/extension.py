@@ -25,14 +25,16 @@ and a `Waker`) and contributes any of:
                    another's, e.g. `ToolCalls`, built after the extensions)
 - `start()`, `aclose()`: with the engine's start and close
 
+`Kernel.services` reaches other extensions' services at run time (not while building).
+
 Core types name no feature: a feature's fields, caps and services live with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 from uuid import UUID
 
 from ator.agent.caps import CapGroup
@@ -40,6 +42,7 @@ from ator.agent.hooks import LoopHook
 from ator.agent.state import TurnContext, TurnState
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
+from ator.errors import ConfigError
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
 from ator.store import turns as turn_store
@@ -48,7 +51,9 @@ from ator.store.scope import Scope
 from ator.tools.base import Tool
 from ator.tools.toolset import Toolset
 
-__all__ = ["Extension", "Kernel", "ToolBounds", "TurnEnd", "TurnField", "Waker"]
+__all__ = ["Extension", "Kernel", "LateServices", "ToolBounds", "TurnEnd", "TurnField", "Waker"]
+
+T = TypeVar("T")
 
 
 class Waker(Protocol):
@@ -58,6 +63,26 @@ class Waker(Protocol):
     async def notify(self, scope: Scope, thread_id: UUID) -> None: ...
 
     async def stop(self, thread_id: UUID, reason: str = "user") -> None: ...
+
+
+class LateServices:
+    """The engine's services, for an extension that calls another's at run time (an inbound
+    webhook starting a workflow run): extensions are built before the registry is, so the
+    root serves it here once made (as `Waker` is served by the actor)."""
+
+    def __init__(self) -> None:
+        self._found: Mapping[type, object] | None = None
+
+    def serve(self, found: Mapping[type, object]) -> None:
+        self._found = found
+
+    def get(self, kind: type[T]) -> T:
+        """The service of type `kind`. Raises ConfigError before the engine is assembled
+        or when it has none."""
+        found = None if self._found is None else self._found.get(kind)
+        if found is None:
+            raise ConfigError(f"no {kind.__name__} service in this engine")
+        return cast(T, found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +95,7 @@ class Kernel:
     prices: PriceTable
     master_key: MasterKey
     waker: Waker
+    services: LateServices = field(default_factory=LateServices)
 
 
 class TurnEnd(Protocol):

@@ -40,8 +40,9 @@ __all__ = [
     "SetupPatch",
     "ThreadIn",
     "WebhookEndpointIn",
+    "WebhookEndpointPatch",
     "WebhookInboundIn",
-    "WebhookMappingIn",
+    "WebhookInboundPatch",
     "WebhookReplayIn",
     "WebhookRotateIn",
 ]
@@ -221,19 +222,41 @@ class WebhookEndpointIn(_Body):
     description: str = Field(default="", max_length=500)
 
 
+class WebhookEndpointPatch(_Body):
+    """`PATCH /v1/webhooks/endpoints/{id}`: what changes. `enabled` false disables it (the
+    org is told by an `endpoint.disabled` event); true enables it again."""
+
+    url: str | None = Field(default=None, min_length=1, max_length=2048)
+    event_types: list[str] | None = Field(default=None, max_length=32)
+    description: str | None = Field(default=None, max_length=500)
+    enabled: bool | None = None
+
+
 class WebhookInboundIn(_Body):
     """An inbound endpoint as `POST /v1/webhooks/inbound` takes it."""
 
     name: str = Name
-    thread_id: UUID = Field(description="The thread each accepted webhook is a message in.")
-    mapping: dict[str, Any] = Field(description='{"text": "<template>"}: `{/json/pointer}` '
-                                    "is replaced by the payload's value there.")
+    mapping: dict[str, Any] = Field(description=(
+        'Where a payload goes, with JSONata over it: {"to": "thread", "thread_id" | '
+        '"setup_id", "text", "key"?, "title"?} or {"to": "workflow", "workflow_id", '
+        '"input"?, "key"?, "version"?}.'))
+    verification: dict[str, Any] | None = Field(default=None, description=(
+        '{"method": "standard_webhooks"} (default), {"method": "hmac", "header", '
+        '"algorithm"?, "encoding"? (hex|base64), "prefix"?, "id_header"?} or '
+        '{"method": "token", "id_header"?}.'))
+    secret: str | None = Field(default=None, min_length=16, max_length=512, description=(
+        "The sender's own secret (hmac, standard_webhooks); made by ator when absent."))
+    max_bytes: int | None = Field(default=None, ge=1, description=(
+        "The largest body taken (at most the operator's ceiling)."))
 
 
-class WebhookMappingIn(_Body):
-    """`PATCH /v1/webhooks/inbound/{id}`: a new mapping (replay failed requests after)."""
+class WebhookInboundPatch(_Body):
+    """`PATCH /v1/webhooks/inbound/{id}`: a new name, mapping (replay failed requests
+    after) or size limit (null: the operator's)."""
 
-    mapping: dict[str, Any]
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    mapping: dict[str, Any] | None = None
+    max_bytes: int | None = Field(default=None, ge=1)
 
 
 class WebhookRotateIn(_Body):

@@ -17,6 +17,7 @@ from ator.cli.demo import demo
 from ator.cli.doctor import doctor
 from ator.cli.inspect import inspect
 from ator.cli.tree import tree
+from ator.cli.webhooks import webhooks_app
 from ator.cli.worker import worker
 from ator.cli.workflow import workflow_app
 from ator.obs.logging import configure_logging
@@ -35,6 +36,7 @@ app.command()(tree)
 app.command()(worker)
 app.add_typer(admin_app, name="admin")
 app.add_typer(workflow_app, name="workflow")
+app.add_typer(webhooks_app, name="webhooks")
 
 
 @app.command()

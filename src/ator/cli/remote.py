@@ -53,6 +53,12 @@ class ApiClient:
                     raise
         raise AssertionError("unreachable")  # the loop always returns or raises
 
+    async def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._request("PATCH", path, json=body)
+
+    async def delete(self, path: str) -> dict[str, Any]:
+        return await self._request("DELETE", path)
+
     async def _request(self, method: str, path: str, *, json: Any = None,
                        params: dict[str, Any] | None = None,
                        timeout: float | None = None) -> dict[str, Any]:

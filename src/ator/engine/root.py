@@ -171,6 +171,7 @@ def assemble(
         extension.bind(registry.mapping())
     reaper = Reaper(db=db, coord=coord, actor=actor, runner=runner, owner=owner,
                     ttl=settings.lease_ttl, interval=settings.reaper_interval)
+    kernel.services.serve(registry.mapping())
     return Engine(
         kernel=kernel, extensions=built, services=registry, cap_groups=cap_groups,
         publisher=publisher, runner=runner, actor=actor, reaper=reaper,

@@ -504,6 +504,7 @@ webhook_endpoints = sa.Table(
     # Since when every attempt failed (NULL after a success): too long disables it.
     sa.Column("failing_since", sa.DateTime(timezone=True), nullable=True),
     _created(),
+    sa.Column("disabled_at", sa.DateTime(timezone=True), nullable=True),
     sa.Index("ix_webhook_endpoints_org", "org_id"),
 )
 
@@ -560,13 +561,30 @@ webhook_inbound = sa.Table(
     sa.Column("id", UUID(as_uuid=True), primary_key=True),
     _org(),
     sa.Column("name", sa.Text, nullable=False),
+    # The fixed thread of a mapping `{"to": "thread", "thread_id": …}` (NULL otherwise).
     sa.Column("thread_id", UUID(as_uuid=True), sa.ForeignKey("threads.id", ondelete="CASCADE"),
-              nullable=False),
+              nullable=True),
     sa.Column("mapping", JSONB, nullable=False),
     sa.Column("secret_nonce", sa.LargeBinary, nullable=False),
     sa.Column("secret_ct", sa.LargeBinary, nullable=False),
     _created(),
+    sa.Column("verification", JSONB, nullable=False,
+              server_default=sa.text("""'{"method": "standard_webhooks"}'::jsonb""")),
+    sa.Column("max_bytes", sa.Integer, nullable=True),
     sa.Index("ix_webhook_inbound_org", "org_id"),
+)
+
+# The thread each inbound mapping key reaches (migration 0019).
+webhook_threads = sa.Table(
+    "webhook_threads",
+    metadata,
+    sa.Column("endpoint_id", UUID(as_uuid=True),
+              sa.ForeignKey("webhook_inbound.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    _org_hot(),
+    sa.Column("thread_id", UUID(as_uuid=True), sa.ForeignKey("threads.id", ondelete="CASCADE"),
+              nullable=False),
+    _created(),
 )
 
 webhook_received = sa.Table(
@@ -582,9 +600,11 @@ webhook_received = sa.Table(
     sa.Column("status", sa.Text, nullable=False, server_default="received"),
     sa.Column("error", sa.Text, nullable=True),
     _created(),
+    sa.Column("result", JSONB, nullable=True),  # what it became: {thread_id} or {run_id}
     sa.UniqueConstraint("endpoint_id", "webhook_id", name="uq_webhook_received_endpoint_id"),
     sa.CheckConstraint("status in ('received','delivered','failed')",
                        name="ck_webhook_received_status"),
+    sa.Index("ix_webhook_received_endpoint", "endpoint_id", "created_at"),
 )
 
 # Workflows (ator.workflows; store/workflows.py, migration 0012). A run pins its recipe; its

@@ -24,7 +24,7 @@ from ator.security.limits import (
     check_json,
     check_text,
 )
-from ator.store.database import Database, first
+from ator.store.database import Connection, Database, first
 from ator.store.records import Thread
 from ator.store.schema import setups, threads
 from ator.store.scope import Scope
@@ -59,10 +59,12 @@ async def create_thread(
     instructions: str = "",
     metadata: dict[str, Any] | None = None,
     parent: Thread | None = None,
+    within: Connection | None = None,
 ) -> Thread:
     """Create a thread on a live setup of the same org (one statement: the setup check and the
-    insert are a single INSERT … SELECT). Raises ValidationFailed when title, instructions
-    or metadata cross their bounds."""
+    insert are a single INSERT … SELECT); `within=conn` writes it in the caller's
+    transaction. Raises ValidationFailed when title, instructions or metadata cross their
+    bounds."""
     check_text(title, ("title",), TITLE_CHARS)
     check_text(instructions, ("instructions",), INSTRUCTIONS_CHARS)
     check_json(metadata or {}, THREAD_METADATA, ("metadata",))
@@ -102,7 +104,8 @@ async def create_thread(
         )
         .returning(threads)
     )
-    row = first(await db.write(stmt))
+    row = (await within.execute(stmt)).first() if within is not None else first(
+        await db.write(stmt))
     if row is None:
         raise ValidationFailed("setup not found or archived", code="invalid_setup")
     return _thread(row)

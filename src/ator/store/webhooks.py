@@ -1,21 +1,24 @@
-"""Webhook rows and statements (layer: store; imports sqlalchemy, ator.jsonenc, ator.store.*).
+"""Outbound webhook rows and statements (layer: store; imports sqlalchemy, ator.jsonenc,
+ator.store.*).
 
-Outbound: `webhook_endpoints` (an org's receivers, secret encrypted), `webhook_events` (the
-outbox: one row per event, its body the exact bytes every attempt signs), one
-`webhook_deliveries` row per (endpoint, event) and its `webhook_attempts` log. The
-`TurnEndedOutbox` step part writes a `turn.ended` event *and* the job that fans it out inside
-the turn's final statement, so both exist if and only if the turn's end committed.
+`webhook_endpoints` (an org's receivers, secret encrypted), `webhook_events` (the outbox: one
+row per event, its body the exact bytes every attempt signs), one `webhook_deliveries` row
+per (endpoint, event) and its `webhook_attempts` log.
 
-Inbound: `webhook_inbound` (an org's receiving endpoints: target thread, mapping, secret) and
-`webhook_received` (every accepted request, raw, unique per endpoint and webhook id).
+Every event is written in the transaction of what it reports, with the job that fans it out,
+and only when an enabled endpoint of the org wants its type: `TurnOutbox` is a step part of
+a turn's final statement (`turn.ended`, `budget.reached`: both exist if and only if the
+turn's end committed); `emit` writes one on a caller's transaction (`endpoint.disabled`);
+`run_ended` is called by the statement that appends a run's end event (`run.ended`).
+Inbound rows are `store/webhook_inbound.py`.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, ClassVar
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal, overload
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -27,23 +30,22 @@ from ator.store.parts import PartSql
 from ator.store.scope import Scope
 
 __all__ = [
+    "DISPATCH",
+    "RUN_ENDED",
     "Attempt",
     "Delivery",
     "Endpoint",
-    "Inbound",
-    "Received",
-    "TurnEndedOutbox",
+    "TurnOutbox",
     "create_endpoint",
-    "create_inbound",
     "delete_endpoint",
     "disable_endpoint",
+    "emit",
+    "enable_endpoint",
+    "envelope",
     "fan_out",
     "finish_delivery",
     "get_delivery",
     "get_endpoint",
-    "get_inbound",
-    "get_received",
-    "inbound_by_id",
     "insert_test_delivery",
     "list_attempts",
     "list_deliveries",
@@ -53,10 +55,15 @@ __all__ = [
     "reopen_delivery",
     "reopen_range",
     "rotate_secret",
-    "set_mapping",
-    "set_received",
-    "store_received",
+    "run_ended",
+    "update_endpoint",
 ]
+
+#: The job kind that fans an event out to its endpoints (handled in webhooks.delivery).
+DISPATCH = "webhooks.dispatch"
+DISPATCH_ATTEMPTS = 10
+#: A workflow run's end events (store.workflows.add_event), each a `run.ended`.
+RUN_ENDED = frozenset({"run_succeeded", "run_failed", "run_cancelled"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +82,7 @@ class Endpoint:
     previous_ct: bytes | None = None
     previous_until: datetime | None = None
     failing_since: datetime | None = None
+    disabled_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,53 +109,19 @@ class Attempt:
     created_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    id: UUID
-    org_id: UUID
-    name: str
-    thread_id: UUID
-    mapping: dict[str, Any]
-    secret_nonce: bytes
-    secret_ct: bytes
-    created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Received:
-    id: UUID
-    org_id: UUID
-    endpoint_id: UUID
-    webhook_id: str
-    body: bytes
-    status: str
-    error: str | None
-    created_at: datetime
-
-
 def _endpoint(r: Any) -> Endpoint:
     return Endpoint(r["id"], r["org_id"], r["url"], r["description"], list(r["event_types"]),
                     bytes(r["secret_nonce"]), bytes(r["secret_ct"]), r["enabled"],
                     r["disabled_reason"], r["created_at"],
                     bytes(r["previous_nonce"]) if r["previous_nonce"] is not None else None,
                     bytes(r["previous_ct"]) if r["previous_ct"] is not None else None,
-                    r["previous_until"], r["failing_since"])
+                    r["previous_until"], r["failing_since"], r["disabled_at"])
 
 
 def _delivery(r: Any) -> Delivery:
     return Delivery(r["id"], r["org_id"], r["endpoint_id"], r["event_id"], r["type"],
                     r["status"], r["attempts"], r["last_status"], r["created_at"],
                     r["finished_at"])
-
-
-def _inbound(r: Any) -> Inbound:
-    return Inbound(r["id"], r["org_id"], r["name"], r["thread_id"], r["mapping"],
-                   bytes(r["secret_nonce"]), bytes(r["secret_ct"]), r["created_at"])
-
-
-def _received(r: Any) -> Received:
-    return Received(r["id"], r["org_id"], r["endpoint_id"], r["webhook_id"], bytes(r["body"]),
-                    r["status"], r["error"], r["created_at"])
 
 
 # --- outbound endpoints -------------------------------------------------------------------
@@ -173,8 +147,17 @@ _GET_ENDPOINT = sa.text("SELECT * FROM webhook_endpoints WHERE id = :id AND org_
 _DELETE_ENDPOINT = sa.text(
     "DELETE FROM webhook_endpoints WHERE id = :id AND org_id = :org_id RETURNING id")
 _DISABLE_ENDPOINT = sa.text("""
-UPDATE webhook_endpoints SET enabled = false, disabled_reason = :reason
- WHERE id = :id AND org_id = :org_id""")
+UPDATE webhook_endpoints SET enabled = false, disabled_reason = :reason, disabled_at = now()
+ WHERE id = :id AND org_id = :org_id AND enabled RETURNING *""")
+_ENABLE_ENDPOINT = sa.text("""
+UPDATE webhook_endpoints SET enabled = true, disabled_reason = NULL, disabled_at = NULL,
+       failing_since = NULL
+ WHERE id = :id AND org_id = :org_id RETURNING *""")
+_UPDATE_ENDPOINT = sa.text("""
+UPDATE webhook_endpoints
+   SET url = COALESCE(:url, url), description = COALESCE(:description, description),
+       event_types = COALESCE(CAST(:event_types AS text[]), event_types)
+ WHERE id = :id AND org_id = :org_id RETURNING *""")
 
 
 async def list_endpoints(db: Database, scope: Scope) -> list[Endpoint]:
@@ -193,9 +176,30 @@ async def delete_endpoint(db: Database, scope: Scope, endpoint_id: UUID) -> bool
                                write=True))
 
 
-async def disable_endpoint(db: Database, scope: Scope, endpoint_id: UUID, reason: str) -> None:
-    await db.fetch(_DISABLE_ENDPOINT, {"id": endpoint_id, "org_id": scope.org_id,
-                                       "reason": reason}, write=True)
+async def disable_endpoint(conn: Connection, scope: Scope, endpoint_id: UUID,
+                           reason: str) -> Endpoint | None:
+    """Disable it (on the caller's transaction); the endpoint, or None when it was not
+    enabled (or is not this org's)."""
+    row = (await conn.execute(_DISABLE_ENDPOINT, {"id": endpoint_id, "org_id": scope.org_id,
+                                                  "reason": reason})).first()
+    return _endpoint(row) if row is not None else None
+
+
+async def enable_endpoint(db: Database, scope: Scope, endpoint_id: UUID) -> Endpoint | None:
+    """Enabled again, its failure clock cleared. None: not this org's."""
+    rows = await db.fetch(_ENABLE_ENDPOINT, {"id": endpoint_id, "org_id": scope.org_id},
+                          write=True)
+    return _endpoint(rows[0]) if rows else None
+
+
+async def update_endpoint(db: Database, scope: Scope, endpoint_id: UUID, *,
+                          url: str | None = None, description: str | None = None,
+                          event_types: list[str] | None = None) -> Endpoint | None:
+    """Change what is given. None: not this org's."""
+    rows = await db.fetch(_UPDATE_ENDPOINT, {
+        "id": endpoint_id, "org_id": scope.org_id, "url": url, "description": description,
+        "event_types": event_types}, write=True)
+    return _endpoint(rows[0]) if rows else None
 
 
 _ROTATE = sa.text("""
@@ -217,38 +221,94 @@ async def rotate_secret(db: Database, scope: Scope, endpoint_id: UUID, *, nonce:
 
 # --- the outbox ---------------------------------------------------------------------------
 
-# The `turn.ended` event and its fan-out job, written by a turn's final statement only when
-# the turn is still running (`_turn` has its row) and the org has an enabled endpoint that
-# wants the type. A turn that did not commit leaves neither.
-_TURN_ENDED = PartSql("webhooks.turn_ended", ctes=("""_wh_event AS (
+def envelope(event_type: str, data: dict[str, Any]) -> str:
+    """An event's body, the bytes every attempt signs: `{type, timestamp, data}`."""
+    return jsonenc.dumps({"type": event_type, "timestamp": datetime.now(UTC).isoformat(),
+                          "data": data})
+
+
+# A turn's events and their fan-out jobs, written by its final statement only when the turn
+# is still running (`_turn` has its row), each only when an enabled endpoint of the org
+# wants its type. A turn that did not commit leaves none.
+_TURN_EVENTS = PartSql("webhooks.turn_events", ctes=("""_wh_event AS (
   INSERT INTO webhook_events (id, org_id, type, body)
-  SELECT :event_id, :org_id, 'turn.ended', :body
+  SELECT e.id, :org_id, e.type, e.body
+    FROM unnest(CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
+                CAST(:event_bodies AS text[])) AS e(id, type, body)
    WHERE EXISTS (SELECT 1 FROM _turn)
      AND EXISTS (SELECT 1 FROM webhook_endpoints w
                   WHERE w.org_id = :org_id AND w.enabled
-                    AND (cardinality(w.event_types) = 0 OR 'turn.ended' = ANY(w.event_types)))
+                    AND (cardinality(w.event_types) = 0 OR e.type = ANY(w.event_types)))
   RETURNING id
 )""", """_wh_job AS (
   INSERT INTO jobs (org_id, kind, payload, max_attempts)
   SELECT :org_id, :kind, jsonb_build_object('event_id', id), :attempts FROM _wh_event
   RETURNING id
 )"""), selects=(f"(SELECT count(pg_notify('{CHANNEL}', '')) FROM _wh_job) AS webhook_jobs",),
-    params=frozenset({"event_id", "body", "kind", "attempts"}))
+    params=frozenset({"event_ids", "event_types", "event_bodies", "kind", "attempts"}))
 
 
 @dataclass(frozen=True, slots=True)
-class TurnEndedOutbox:
-    """A step part of a turn's final write: the `turn.ended` outbox row and its job."""
+class TurnOutbox:
+    """A step part of a turn's final write: its events (type, body) and their jobs."""
 
-    event_id: UUID
-    body: str
-    job_kind: str
-    max_attempts: int
-    sql: ClassVar[PartSql] = _TURN_ENDED
+    events: tuple[tuple[str, str], ...]
+    job_kind: str = DISPATCH
+    max_attempts: int = DISPATCH_ATTEMPTS
+    sql: ClassVar[PartSql] = _TURN_EVENTS
 
     def values(self) -> dict[str, Any]:
-        return {"event_id": self.event_id, "body": self.body, "kind": self.job_kind,
+        return {"event_ids": [uuid.uuid4() for _ in self.events],
+                "event_types": [t for t, _ in self.events],
+                "event_bodies": [b for _, b in self.events], "kind": self.job_kind,
                 "attempts": self.max_attempts}
+
+
+_EMIT = sa.text(f"""
+WITH ev AS (
+  INSERT INTO webhook_events (id, org_id, type, body)
+  SELECT :id, :org_id, CAST(:type AS text), :body
+   WHERE EXISTS (SELECT 1 FROM webhook_endpoints w
+                  WHERE w.org_id = :org_id AND w.enabled
+                    AND (cardinality(w.event_types) = 0
+                         OR CAST(:type AS text) = ANY(w.event_types)))
+  RETURNING id),
+job AS (
+  INSERT INTO jobs (org_id, kind, payload, max_attempts)
+  SELECT :org_id, '{DISPATCH}', jsonb_build_object('event_id', id), {DISPATCH_ATTEMPTS}
+    FROM ev RETURNING id)
+SELECT count(pg_notify('{CHANNEL}', '')) AS jobs FROM job""")
+
+
+async def emit(conn: Connection, org_id: UUID, event_type: str,
+               data: dict[str, Any]) -> UUID | None:
+    """Write an event and its fan-out job on the caller's transaction, if an enabled
+    endpoint of the org wants the type; returns its id (its `webhook-id` is `msg_<hex>`),
+    or None when no endpoint wants it."""
+    event_id = uuid.uuid4()
+    row = (await conn.execute(_EMIT, {"id": event_id, "org_id": org_id, "type": event_type,
+                                      "body": envelope(event_type, data)})).one()
+    return event_id if row["jobs"] else None
+
+
+_RUN = sa.text("""
+SELECT id, org_id, workflow_id, version, status, fail_reason, cancel_reason, error,
+       steps_used, idempotency_key, finished_at FROM workflow_runs WHERE id = :id""")
+
+
+async def run_ended(conn: Connection, run_id: UUID, kind: str, data: dict[str, Any]) -> None:
+    """A `run.ended` for the run whose end event `kind` is being appended (on that
+    statement's transaction: the event exists if and only if the run's end committed)."""
+    row = (await conn.execute(_RUN, {"id": run_id})).first()
+    if row is None:
+        return
+    await emit(conn, row["org_id"], "run.ended", {
+        "org_id": str(row["org_id"]), "run_id": str(row["id"]),
+        "workflow_id": str(row["workflow_id"]), "version": row["version"],
+        "status": row["status"], "reason": row["fail_reason"] or row["cancel_reason"],
+        "error": row["error"], "steps": row["steps_used"], "key": row["idempotency_key"],
+        "event": kind, "finished_at": row["finished_at"].isoformat()
+        if row["finished_at"] else None})
 
 
 _FAN_OUT = sa.text("""
@@ -322,12 +382,46 @@ SELECT attempt, status_code, latency_ms, error, response_excerpt, created_at
   FROM webhook_attempts WHERE delivery_id = :id AND org_id = :org_id ORDER BY attempt""")
 
 
-async def get_delivery(db: Database, scope: Scope,
-                       delivery_id: UUID) -> tuple[Delivery, str] | None:
-    """The delivery and its event's body, or None (another org's is None too)."""
-    rows = await db.fetch(_GET_DELIVERY, {"id": delivery_id, "org_id": scope.org_id},
+_DELIVERY_TARGET = sa.text(f"""
+SELECT {_DELIVERY_COLUMNS}, e.body, w.id AS w_id, w.url AS w_url,
+       w.description AS w_description, w.event_types AS w_event_types,
+       w.secret_nonce AS w_secret_nonce, w.secret_ct AS w_secret_ct, w.enabled AS w_enabled,
+       w.disabled_reason AS w_disabled_reason, w.created_at AS w_created_at,
+       w.previous_nonce AS w_previous_nonce, w.previous_ct AS w_previous_ct,
+       w.previous_until AS w_previous_until, w.failing_since AS w_failing_since,
+       w.disabled_at AS w_disabled_at, w.org_id AS w_org_id
+  FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
+  LEFT JOIN webhook_endpoints w ON w.id = d.endpoint_id
+ WHERE d.id = :id AND d.org_id = :org_id""")
+
+
+@overload
+async def get_delivery(db: Database, scope: Scope, delivery_id: UUID) -> tuple[
+    Delivery, str] | None: ...
+
+
+@overload
+async def get_delivery(db: Database, scope: Scope, delivery_id: UUID, *,
+                       with_endpoint: Literal[True]) -> tuple[
+    Delivery, str, Endpoint | None] | None: ...
+
+
+async def get_delivery(db: Database, scope: Scope, delivery_id: UUID, *,
+                       with_endpoint: bool = False) -> Any:
+    """The delivery and its event's body (and, `with_endpoint`, its endpoint, in the same
+    statement), or None (another org's is None too)."""
+    if not with_endpoint:
+        rows = await db.fetch(_GET_DELIVERY, {"id": delivery_id, "org_id": scope.org_id},
+                              write=False)
+        return (_delivery(rows[0]), rows[0]["body"]) if rows else None
+    rows = await db.fetch(_DELIVERY_TARGET, {"id": delivery_id, "org_id": scope.org_id},
                           write=False)
-    return (_delivery(rows[0]), rows[0]["body"]) if rows else None
+    if not rows:
+        return None
+    r = rows[0]
+    endpoint = None if r["w_id"] is None else _endpoint(
+        {k[2:]: v for k, v in r.items() if k.startswith("w_")})
+    return _delivery(r), r["body"], endpoint
 
 
 async def list_deliveries(db: Database, scope: Scope, endpoint_id: UUID, *,
@@ -336,19 +430,21 @@ async def list_deliveries(db: Database, scope: Scope, endpoint_id: UUID, *,
         "endpoint_id": endpoint_id, "org_id": scope.org_id, "limit": limit}, write=False)]
 
 
-async def record_attempt(db: Database, scope: Scope, delivery_id: UUID, *,
+async def record_attempt(conn: Connection, scope: Scope, delivery_id: UUID, *,
                          status_code: int | None, latency_ms: int, error: str | None,
                          excerpt: str | None) -> int:
-    """Log one attempt (numbered across replays); returns its number."""
-    rows = await db.fetch(_RECORD_ATTEMPT, {
+    """Log one attempt (numbered across replays) on the caller's transaction; returns its
+    number."""
+    row = (await conn.execute(_RECORD_ATTEMPT, {
         "id": delivery_id, "org_id": scope.org_id, "status_code": status_code,
-        "latency_ms": latency_ms, "error": error, "excerpt": excerpt}, write=True)
-    return int(rows[0]["attempt"]) if rows else 0
+        "latency_ms": latency_ms, "error": error, "excerpt": excerpt})).first()
+    return int(row["attempt"]) if row is not None else 0
 
 
-async def finish_delivery(db: Database, scope: Scope, delivery_id: UUID, status: str) -> None:
-    await db.fetch(_FINISH_DELIVERY, {"id": delivery_id, "org_id": scope.org_id,
-                                      "status": status}, write=True)
+async def finish_delivery(conn: Connection, scope: Scope, delivery_id: UUID,
+                          status: str) -> None:
+    await conn.execute(_FINISH_DELIVERY, {"id": delivery_id, "org_id": scope.org_id,
+                                          "status": status})
 
 
 async def reopen_delivery(conn: Connection, scope: Scope, delivery_id: UUID) -> bool:
@@ -358,8 +454,14 @@ async def reopen_delivery(conn: Connection, scope: Scope, delivery_id: UUID) -> 
 
 
 _HEALTH = sa.text("""
+WITH old AS (SELECT enabled FROM webhook_endpoints WHERE id = :id AND org_id = :org_id
+              FOR UPDATE)
 UPDATE webhook_endpoints
    SET failing_since = CASE WHEN :ok THEN NULL ELSE COALESCE(failing_since, now()) END,
+       disabled_at = CASE
+         WHEN enabled AND NOT :ok
+              AND COALESCE(failing_since, now()) <= now() - make_interval(secs => :disable_after)
+         THEN now() ELSE disabled_at END,
        enabled = enabled AND (:ok OR COALESCE(failing_since, now())
                               > now() - make_interval(secs => :disable_after)),
        disabled_reason = CASE
@@ -370,17 +472,19 @@ UPDATE webhook_endpoints
                          'YYYY-MM-DD"T"HH24:MI:SS"Z"')
          ELSE disabled_reason END
  WHERE id = :id AND org_id = :org_id
-RETURNING enabled""")
+RETURNING *, (SELECT enabled FROM old) AS was_enabled""")
 
 
-async def mark_health(db: Database, scope: Scope, endpoint_id: UUID, *, ok: bool,
-                      disable_after: float) -> bool:
-    """Note an attempt's outcome on its endpoint: a success clears `failing_since`, a
-    failure starts it; failing for `disable_after` seconds disables the endpoint. Returns
-    whether the endpoint is still enabled."""
-    rows = await db.fetch(_HEALTH, {"id": endpoint_id, "org_id": scope.org_id, "ok": ok,
-                                    "disable_after": float(disable_after)}, write=True)
-    return bool(rows and rows[0]["enabled"])
+async def mark_health(conn: Connection, scope: Scope, endpoint_id: UUID, *, ok: bool,
+                      disable_after: float) -> tuple[Endpoint | None, bool]:
+    """Note an attempt's outcome on its endpoint (on the caller's transaction): a success
+    clears `failing_since`, a failure starts it; failing for `disable_after` seconds
+    disables the endpoint. Returns the endpoint and whether this call disabled it."""
+    row = (await conn.execute(_HEALTH, {"id": endpoint_id, "org_id": scope.org_id, "ok": ok,
+                                        "disable_after": float(disable_after)})).first()
+    if row is None:
+        return None, False
+    return _endpoint(row), bool(row["was_enabled"]) and not row["enabled"]
 
 
 _REOPEN_RANGE = sa.text("""
@@ -407,78 +511,3 @@ async def list_attempts(db: Database, scope: Scope, delivery_id: UUID) -> list[A
                     r["response_excerpt"], r["created_at"])
             for r in await db.fetch(_LIST_ATTEMPTS, {"id": delivery_id,
                                                      "org_id": scope.org_id}, write=False)]
-
-
-# --- inbound ------------------------------------------------------------------------------
-
-_CREATE_INBOUND = sa.text("""
-INSERT INTO webhook_inbound (id, org_id, name, thread_id, mapping, secret_nonce, secret_ct)
-SELECT :id, t.org_id, :name, t.id, CAST(:mapping AS jsonb), :nonce, :ct
-  FROM threads t WHERE t.id = :thread_id AND t.org_id = :org_id AND t.deleted_at IS NULL
-RETURNING *""")
-_GET_INBOUND = sa.text("SELECT * FROM webhook_inbound WHERE id = :id AND org_id = :org_id")
-_INBOUND_BY_ID = sa.text("SELECT * FROM webhook_inbound WHERE id = :id")
-_STORE_RECEIVED = sa.text("""
-INSERT INTO webhook_received (id, org_id, endpoint_id, webhook_id, headers, body)
-VALUES (:id, :org_id, :endpoint_id, :webhook_id, CAST(:headers AS jsonb), :body)
-ON CONFLICT ON CONSTRAINT uq_webhook_received_endpoint_id DO NOTHING
-RETURNING id""")
-_GET_RECEIVED = sa.text("SELECT * FROM webhook_received WHERE id = :id AND org_id = :org_id")
-_SET_RECEIVED = sa.text("""
-UPDATE webhook_received SET status = :status, error = :error
- WHERE id = :id AND org_id = :org_id""")
-
-
-async def create_inbound(db: Database, scope: Scope, *, name: str, thread_id: UUID,
-                         mapping: dict[str, Any], nonce: bytes, ct: bytes) -> Inbound | None:
-    """None when the thread is not this org's."""
-    rows = await db.fetch(_CREATE_INBOUND, {
-        "id": uuid.uuid4(), "org_id": scope.org_id, "name": name, "thread_id": thread_id,
-        "mapping": jsonenc.dumps(mapping), "nonce": nonce, "ct": ct}, write=True)
-    return _inbound(rows[0]) if rows else None
-
-
-async def get_inbound(db: Database, scope: Scope, inbound_id: UUID) -> Inbound | None:
-    rows = await db.fetch(_GET_INBOUND, {"id": inbound_id, "org_id": scope.org_id},
-                          write=False)
-    return _inbound(rows[0]) if rows else None
-
-
-async def inbound_by_id(db: Database, inbound_id: UUID) -> Inbound | None:
-    """The endpoint a request to /v1/hooks/{id} names: unscoped, because the caller is the
-    outside sender, authenticated by the endpoint's own secret."""
-    rows = await db.fetch(_INBOUND_BY_ID, {"id": inbound_id}, write=False)
-    return _inbound(rows[0]) if rows else None
-
-
-async def store_received(conn: Connection, endpoint: Inbound, *, webhook_id: str,
-                         headers: dict[str, str], body: bytes) -> UUID | None:
-    """Keep a request raw (on the caller's transaction); None when this webhook id was
-    already received by the endpoint."""
-    row = first((await conn.execute(_STORE_RECEIVED, {
-        "id": uuid.uuid4(), "org_id": endpoint.org_id, "endpoint_id": endpoint.id,
-        "webhook_id": webhook_id, "headers": jsonenc.dumps(headers), "body": body})).all())
-    return row["id"] if row is not None else None
-
-
-async def get_received(db: Database, scope: Scope, received_id: UUID) -> Received | None:
-    rows = await db.fetch(_GET_RECEIVED, {"id": received_id, "org_id": scope.org_id},
-                          write=False)
-    return _received(rows[0]) if rows else None
-
-
-async def set_received(db: Database, scope: Scope, received_id: UUID, status: str,
-                       error: str | None = None) -> None:
-    await db.fetch(_SET_RECEIVED, {"id": received_id, "org_id": scope.org_id,
-                                   "status": status, "error": error}, write=True)
-
-
-_SET_MAPPING = sa.text("""
-UPDATE webhook_inbound SET mapping = CAST(:mapping AS jsonb)
- WHERE id = :id AND org_id = :org_id""")
-
-
-async def set_mapping(db: Database, scope: Scope, inbound_id: UUID,
-                      mapping: dict[str, Any]) -> None:
-    await db.fetch(_SET_MAPPING, {"id": inbound_id, "org_id": scope.org_id,
-                                  "mapping": jsonenc.dumps(mapping)}, write=True)

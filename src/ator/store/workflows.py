@@ -29,7 +29,7 @@ from uuid import UUID, uuid4
 import sqlalchemy as sa
 
 from ator.errors import Conflict
-from ator.store import run_origins
+from ator.store import run_origins, webhooks
 from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
 
@@ -226,11 +226,14 @@ async def add_event(conn: Connection, run_id: UUID, kind: str, data: dict[str, A
                     bump: bool) -> int:
     """Append to the run's event log; `bump` also tells the reconciler something changed.
     The event that ends a run also queues the telling of the thread that started it
-    (store/run_origins.py), in the same transaction, whichever writer ends it."""
+    (store/run_origins.py) and writes its `run.ended` webhook (store/webhooks.py), in the
+    same transaction, whichever writer ends it."""
     seq = int((await conn.execute(_EVENT, {"run_id": run_id, "kind": kind, "data": dumps(data),
                                            "bump": 1 if bump else 0})).one()["seq"])
     if kind in run_origins.ENDED:
         await run_origins.ended(conn, run_id)
+    if kind in webhooks.RUN_ENDED:
+        await webhooks.run_ended(conn, run_id, kind, data)
     return seq
 
 

@@ -15,6 +15,10 @@ Two job kinds:
   During a secret rotation's overlap each request carries two signatures (new, then old).
   An endpoint whose every attempt failed for `webhook_disable_after` seconds is disabled.
   Every attempt is logged: status, latency, error, a capped excerpt of the answer.
+
+Disabling an endpoint (410, failing too long, an admin) writes an `endpoint.disabled` event
+for the org's other endpoints in the same transaction (`disable`), and the console shows the
+reason and the time.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -35,13 +39,13 @@ from ator.net import Egress
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
 from ator.store import webhooks as store
-from ator.store.database import Database
+from ator.store.database import Connection, Database
 from ator.store.scope import Scope
+from ator.store.webhooks import DISPATCH, DISPATCH_ATTEMPTS
 from ator.webhooks.signing import sign
 
-__all__ = ["DELIVER", "DISPATCH", "Deliverer", "secret_context"]
+__all__ = ["DELIVER", "DISPATCH", "Deliverer", "disabled", "secret_context"]
 
-DISPATCH = "webhooks.dispatch"
 DELIVER = "webhooks.deliver"
 _MAX_RETRY_AFTER = 86_400.0
 
@@ -49,6 +53,14 @@ _MAX_RETRY_AFTER = 86_400.0
 def secret_context(org_id: UUID) -> str:
     """The AES-GCM context a webhook secret of this org is sealed under."""
     return f"webhook-secret:{org_id}"
+
+
+async def disabled(conn: Connection, scope: Scope, endpoint: store.Endpoint) -> None:
+    """Tell the org (its other endpoints) that `endpoint` was just disabled."""
+    await store.emit(conn, scope.org_id, "endpoint.disabled", {
+        "org_id": str(scope.org_id), "endpoint_id": str(endpoint.id), "url": endpoint.url,
+        "reason": endpoint.disabled_reason,
+        "disabled_at": endpoint.disabled_at.isoformat() if endpoint.disabled_at else None})
 
 
 def retry_after(value: str | None, now: float) -> float | None:
@@ -63,6 +75,18 @@ def retry_after(value: str | None, now: float) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - now)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One attempt's outcome: its status (None: no answer), latency, error, the capped
+    excerpt of the answer and the receiver's `Retry-After` in seconds."""
+
+    status_code: int | None
+    latency_ms: int
+    error: str | None
+    excerpt: str | None
+    wait: float | None
 
 
 class Deliverer:
@@ -82,7 +106,7 @@ class Deliverer:
 
     def kinds(self) -> list[JobKind]:
         return [
-            JobKind(DISPATCH, self.dispatch, max_attempts=10, backoff_base=1.0),
+            JobKind(DISPATCH, self.dispatch, max_attempts=DISPATCH_ATTEMPTS, backoff_base=1.0),
             JobKind(DELIVER, self.deliver, max_attempts=len(self.delays) + 1,
                     timeout=self.settings.webhook_timeout + 10.0),
         ]
@@ -95,34 +119,47 @@ class Deliverer:
             await ctx.complete(conn)
 
     async def deliver(self, ctx: JobContext, payload: dict[str, Any]) -> None:
+        # One read before the POST and one transaction after it: the attempt's log, the
+        # endpoint's health (and a disable, told to the org) and, when the delivery is
+        # finished, its status and the job's completion commit together.
         scope = ctx.scope
-        found = await store.get_delivery(self.db, scope, UUID(payload["delivery_id"]))
+        found = await store.get_delivery(self.db, scope, UUID(payload["delivery_id"]),
+                                         with_endpoint=True)
         if found is None or found[0].status != "pending":
             return
-        delivery, body = found
-        endpoint = await store.get_endpoint(self.db, scope, delivery.endpoint_id)
+        delivery, body, endpoint = found
         if endpoint is None or not endpoint.enabled:
-            await store.finish_delivery(self.db, scope, delivery.id, "skipped")
+            async with self.db.begin() as conn:
+                await store.finish_delivery(conn, scope, delivery.id, "skipped")
+                await ctx.complete(conn)
             return
-        status, wait = await self._attempt(scope, delivery, endpoint.url,
-                                           self._secrets(endpoint), body)
+        attempt = await self._attempt(delivery, endpoint.url, self._secrets(endpoint), body)
+        status, wait = attempt.status_code, attempt.wait
         ok = status is not None and 200 <= status < 300
-        enabled = await store.mark_health(self.db, scope, endpoint.id, ok=ok,
-                                          disable_after=self.settings.webhook_disable_after)
-        if ok:
-            await store.finish_delivery(self.db, scope, delivery.id, "delivered")
-        elif not enabled:  # failing for too long: disabled now (`disabled_reason` says so)
-            await store.finish_delivery(self.db, scope, delivery.id, "failed")
-        elif status == 410:
-            await store.disable_endpoint(self.db, scope, endpoint.id,
-                                         "the receiver answered 410 Gone")
-            await store.finish_delivery(self.db, scope, delivery.id, "failed")
-        elif ctx.attempt >= min(ctx.max_attempts, len(self.delays) + 1):
-            await store.finish_delivery(self.db, scope, delivery.id, "failed")
-        else:
-            delay = self.delays[ctx.attempt - 1] * self.rng.uniform(0.9, 1.1)
-            raise Retry(after=max(delay, min(wait or 0.0, _MAX_RETRY_AFTER)),
-                        reason=f"webhook attempt {ctx.attempt} failed ({status})")
+        async with self.db.begin() as conn:
+            await store.record_attempt(conn, scope, delivery.id, status_code=status,
+                                       latency_ms=attempt.latency_ms, error=attempt.error,
+                                       excerpt=attempt.excerpt)
+            health, now_disabled = await store.mark_health(
+                conn, scope, endpoint.id, ok=ok, disable_after=self.settings.webhook_disable_after)
+            if health is not None and health.enabled and status == 410:
+                health = await store.disable_endpoint(conn, scope, endpoint.id,
+                                                      "the receiver answered 410 Gone")
+                now_disabled = health is not None
+            if health is not None and now_disabled:
+                await disabled(conn, scope, health)
+            enabled = health is not None and health.enabled
+            # Failed for good: disabled (410, or failing for too long: `disabled_reason`
+            # says which), or the attempts are spent.
+            spent = not enabled or ctx.attempt >= min(ctx.max_attempts, len(self.delays) + 1)
+            if ok or spent:
+                await store.finish_delivery(conn, scope, delivery.id,
+                                            "delivered" if ok else "failed")
+                await ctx.complete(conn)
+                return
+        delay = self.delays[ctx.attempt - 1] * self.rng.uniform(0.9, 1.1)
+        raise Retry(after=max(delay, min(wait or 0.0, _MAX_RETRY_AFTER)),
+                    reason=f"webhook attempt {ctx.attempt} failed ({status})")
 
     def _secrets(self, endpoint: store.Endpoint) -> list[str]:
         """The endpoint's secret, and during a rotation's overlap the previous one too."""
@@ -136,9 +173,9 @@ class Deliverer:
                                                  context=context))
         return found
 
-    async def _attempt(self, scope: Scope, delivery: store.Delivery, url: str,
-                       secrets: list[str], body: str) -> tuple[int | None, float | None]:
-        """One POST, logged; returns (status or None, Retry-After seconds or None)."""
+    async def _attempt(self, delivery: store.Delivery, url: str, secrets: list[str],
+                       body: str) -> Sent:
+        """One POST; what to log of it (the caller writes it)."""
         data = body.encode()
         msg_id = f"msg_{delivery.event_id.hex}"
         stamp = int(datetime.now(UTC).timestamp())
@@ -162,10 +199,7 @@ class Deliverer:
                 error = "the receiver redirected; redirects are not followed"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
-        latency = int((time.monotonic() - started) * 1000)
-        await store.record_attempt(self.db, scope, delivery.id, status_code=status,
-                                   latency_ms=latency, error=error, excerpt=excerpt)
-        return status, wait
+        return Sent(status, int((time.monotonic() - started) * 1000), error, excerpt, wait)
 
     async def _excerpt(self, answer: httpx.Response) -> str:
         limit = self.settings.webhook_response_excerpt

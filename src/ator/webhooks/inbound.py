@@ -1,14 +1,16 @@
 """Inbound webhooks: receiving endpoints, the raw request kept before the 2xx, and the job
-that turns it into a thread message (layer: webhooks; imports agent.extension (Waker), jobs,
-security, store.webhooks, store.mailbox, errors, settings).
+that maps it to a thread message or a workflow run (layer: webhooks; imports jobs,
+security, store.webhook_inbound, workflows.expressions, webhooks.*, errors, settings).
 
-`receive` verifies the Standard Webhooks signature with the endpoint's secret (401 and
-nothing stored when it fails), then in one transaction keeps the request (unique per
-endpoint and `webhook-id`: a resend stores nothing and enqueues nothing) and enqueues
-`webhooks.inbound`; only then does the route answer 2xx, so a crash after the answer loses
-nothing. The job renders the endpoint's mapping (`webhooks.mapping`) and puts the message in
-the endpoint's thread's mailbox, idempotent per received request; a payload the mapping
-cannot render is kept `failed` with its error and can be replayed after the mapping is fixed.
+`receive` checks the body against the endpoint's size limit (413) and verifies it by the
+endpoint's method (`verification.py`: Standard Webhooks, a provider HMAC header, or a token
+in the path; 401 and nothing stored when it fails), then in one transaction keeps the
+request (unique per endpoint and webhook id: a resend stores nothing and enqueues nothing)
+and enqueues `webhooks.inbound`; only then does the route answer 2xx, so a crash after the
+answer loses nothing, and a request accepted while no worker runs waits for one. The job
+evaluates the endpoint's mapping (`mapping.py`) and hands the values to its target
+(`targets.py`); a payload that fails is kept `failed` with its error and can be replayed
+after the mapping is fixed.
 """
 
 from __future__ import annotations
@@ -18,18 +20,18 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
-from ator.agent.extension import Waker
-from ator.errors import Conflict, NotFound
+from ator.errors import AtorError, Conflict, NotFound, ValidationFailed
 from ator.jobs import JobContext, JobKind, JobQueue
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
-from ator.store import mailbox as mailbox_store
-from ator.store import webhooks as store
+from ator.store import webhook_inbound as store
 from ator.store.database import Database
 from ator.store.scope import Scope
 from ator.webhooks.delivery import secret_context
-from ator.webhooks.mapping import MappingError, check_mapping, render
-from ator.webhooks.signing import new_secret, verify
+from ator.webhooks.mapping import MappingError, apply, check_mapping
+from ator.webhooks.targets import Targets
+from ator.webhooks.verification import check_verification, new_inbound_secret, verify_request
+from ator.workflows.expressions import Expressions
 
 __all__ = ["INBOUND", "InboundHooks", "Received"]
 
@@ -49,32 +51,52 @@ class Received:
         return self.id is None
 
 
+class PayloadTooLarge(AtorError):
+    kind = "validation"
+    code = "payload_too_large"
+    status = 413
+
+
 class InboundHooks:
     """The inbound side, reached as `Ator.service(InboundHooks)`."""
 
     def __init__(self, settings: Settings, db: Database, master_key: MasterKey,
-                 queue: JobQueue, waker: Waker) -> None:
+                 queue: JobQueue, expressions: Expressions, targets: Targets) -> None:
         self.settings = settings
         self.db = db
         self.master_key = master_key
         self.queue = queue
-        self.waker = waker
+        self.expressions = expressions
+        self.targets = targets
 
     def kinds(self) -> list[JobKind]:
         return [JobKind(INBOUND, self.handle, max_attempts=10, backoff_base=1.0)]
 
-    async def create(self, scope: Scope, *, name: str, thread_id: UUID,
-                     mapping: Any) -> tuple[store.Inbound, str]:
-        """An endpoint that posts into `thread_id`; returns it and its secret (shown once).
-        Raises ValidationFailed for a bad mapping, NotFound for another org's thread."""
+    def _max_bytes(self, given: int | None) -> int | None:
+        if given is not None and not 1 <= given <= self.settings.webhook_inbound_max_bytes:
+            raise ValidationFailed(
+                f"max_bytes is 1 to {self.settings.webhook_inbound_max_bytes} (the operator's "
+                "ceiling)", code="webhook_max_bytes_invalid")
+        return given
+
+    async def create(self, scope: Scope, *, name: str, mapping: Any,
+                     verification: Any = None, secret: str | None = None,
+                     max_bytes: int | None = None) -> tuple[store.Inbound, str]:
+        """An endpoint; returns it and its secret or token (shown this once). Raises
+        ValidationFailed for a bad mapping, verification or size, NotFound for a thread,
+        setup or workflow that is not this org's."""
         checked = check_mapping(mapping)
-        secret = new_secret()
-        nonce, ct = self.master_key.encrypt(secret, context=secret_context(scope.org_id))
+        method = check_verification(verification)
+        limit = self._max_bytes(max_bytes)
+        thread_id = await self.targets.check(scope, checked)
+        made_secret = new_inbound_secret(method, secret)
+        nonce, ct = self.master_key.encrypt(made_secret, context=secret_context(scope.org_id))
         made = await store.create_inbound(self.db, scope, name=name, thread_id=thread_id,
-                                          mapping=checked, nonce=nonce, ct=ct)
+                                          mapping=checked, verification=method,
+                                          max_bytes=limit, nonce=nonce, ct=ct)
         if made is None:
             raise NotFound("thread not found")
-        return made, secret
+        return made, made_secret
 
     async def get(self, scope: Scope, inbound_id: UUID) -> store.Inbound:
         found = await store.get_inbound(self.db, scope, inbound_id)
@@ -82,23 +104,59 @@ class InboundHooks:
             raise NotFound("no such inbound webhook")
         return found
 
-    async def set_mapping(self, scope: Scope, inbound_id: UUID, mapping: Any) -> store.Inbound:
-        await self.get(scope, inbound_id)
-        await store.set_mapping(self.db, scope, inbound_id, check_mapping(mapping))
-        return await self.get(scope, inbound_id)
+    async def endpoints(self, scope: Scope) -> list[store.Inbound]:
+        return await store.list_inbound(self.db, scope)
 
-    async def receive(self, inbound_id: UUID, headers: Mapping[str, str],
-                      body: bytes) -> Received:
-        """Verify, keep, enqueue (module docstring). Raises NotFound for an unknown endpoint
-        and BadSignature (401) when the signature does not verify."""
+    async def delete(self, scope: Scope, inbound_id: UUID) -> None:
+        if not await store.delete_inbound(self.db, scope, inbound_id):
+            raise NotFound("no such inbound webhook")
+
+    async def update(self, scope: Scope, inbound_id: UUID, *, name: str | None = None,
+                     mapping: Any = None, max_bytes: int | None = None,
+                     set_max: bool = False) -> store.Inbound:
+        """A new name, mapping (replay failed requests after) or size limit. Raises
+        NotFound, ValidationFailed."""
+        await self.get(scope, inbound_id)
+        checked = None if mapping is None else check_mapping(mapping)
+        thread_id = None if checked is None else await self.targets.check(scope, checked)
+        updated = await store.update_inbound(
+            self.db, scope, inbound_id, name=name, mapping=checked, thread_id=thread_id,
+            set_max=set_max, max_bytes=self._max_bytes(max_bytes) if set_max else None)
+        if updated is None:
+            raise NotFound("no such inbound webhook")
+        return updated
+
+    async def set_mapping(self, scope: Scope, inbound_id: UUID, mapping: Any) -> store.Inbound:
+        return await self.update(scope, inbound_id, mapping=mapping)
+
+    async def received(self, scope: Scope, inbound_id: UUID, *,
+                       limit: int = 100) -> list[store.Received]:
+        """The endpoint's received requests, newest first. Raises NotFound."""
+        await self.get(scope, inbound_id)
+        return await store.list_received(self.db, scope, inbound_id, limit=limit)
+
+    async def get_received(self, scope: Scope, received_id: UUID) -> store.Received:
+        found = await store.get_received(self.db, scope, received_id)
+        if found is None:
+            raise NotFound("no such inbound request")
+        return found
+
+    async def receive(self, inbound_id: UUID, headers: Mapping[str, str], body: bytes, *,
+                      token: str | None = None) -> Received:
+        """Verify, keep, enqueue (module docstring); `headers` lower-cased, `token` the
+        path's. Raises NotFound for an unknown endpoint, PayloadTooLarge (413) above its
+        limit and BadSignature (401) when the request does not verify."""
         endpoint = await store.inbound_by_id(self.db, inbound_id)
         if endpoint is None:
             raise NotFound("no such inbound webhook")
+        if endpoint.max_bytes is not None and len(body) > endpoint.max_bytes:
+            raise PayloadTooLarge(f"this endpoint takes at most {endpoint.max_bytes} bytes")
         secret = self.master_key.decrypt(endpoint.secret_nonce, endpoint.secret_ct,
                                          context=secret_context(endpoint.org_id))
-        webhook_id = verify(secret, headers, body, now=time.time(),
-                            tolerance=self.settings.webhook_tolerance)
-        kept = {h: headers[h] for h in _KEPT_HEADERS if h in headers}
+        webhook_id = verify_request(endpoint.verification, secret, headers, body, token=token,
+                                    now=time.time(), tolerance=self.settings.webhook_tolerance)
+        kept_names = {*_KEPT_HEADERS, endpoint.verification.get("id_header")}
+        kept = {h: v[:500] for h, v in headers.items() if h in kept_names}
         async with self.db.begin() as conn:
             received = await store.store_received(conn, endpoint, webhook_id=webhook_id,
                                                   headers=kept, body=body)
@@ -110,12 +168,11 @@ class InboundHooks:
     async def replay(self, scope: Scope, received_id: UUID) -> None:
         """Map a failed request again (after its mapping was fixed). Raises NotFound, or
         Conflict when it did not fail."""
-        found = await store.get_received(self.db, scope, received_id)
-        if found is None:
-            raise NotFound("no such inbound request")
+        found = await self.get_received(scope, received_id)
         if found.status != "failed":
-            raise Conflict(f"the request is {found.status}, not failed",
+            raise Conflict(f"the request is {found.status}; only a failed one is replayed",
                            code="webhook_received_not_failed")
+        await store.set_received(self.db, scope, received_id, "received")
         await self.queue.enqueue(scope, INBOUND, {"received_id": str(received_id)})
 
     async def handle(self, ctx: JobContext, payload: dict[str, Any]) -> None:
@@ -127,20 +184,9 @@ class InboundHooks:
         if endpoint is None:
             return
         try:
-            text = render(endpoint.mapping, received.body)
+            mapped = await apply(self.expressions, endpoint.mapping, received.body)
+            result = await self.targets.deliver(scope, endpoint, received.id, mapped)
         except MappingError as exc:
             await store.set_received(self.db, scope, received.id, "failed", exc.message)
             return
-        # Idempotent per received request: a job run twice puts one item in the mailbox.
-        try:
-            _, created = await mailbox_store.submit(
-                self.db, scope, endpoint.thread_id, client_message_id=f"webhook:{received.id}",
-                kind="message", content={"role": "user", "content": [{"type": "text",
-                                                                       "text": text}]})
-        except NotFound:  # the thread was put in the trash: kept, replayable if restored
-            await store.set_received(self.db, scope, received.id, "failed",
-                                     "the endpoint's thread is not there")
-            return
-        await store.set_received(self.db, scope, received.id, "delivered")
-        if created:
-            await self.waker.notify(scope, endpoint.thread_id)
+        await store.set_received(self.db, scope, received.id, "delivered", result=result)

@@ -25,20 +25,19 @@ from ator.security.crypto import MasterKey
 from ator.store import webhooks as store
 from ator.store.database import Database
 from ator.store.scope import Scope
-from ator.webhooks.delivery import DELIVER, secret_context
+from ator.webhooks.delivery import DELIVER, disabled, secret_context
+from ator.webhooks.events import EventTypes
 from ator.webhooks.signing import new_secret
 
-__all__ = ["EVENT_TYPES", "Webhooks"]
-
-#: The event types ator sends (an endpoint with no filter gets them all).
-EVENT_TYPES = ("turn.ended",)
+__all__ = ["Webhooks"]
 
 
 class Webhooks:
     """The outbound side, reached as `Ator.service(Webhooks)`."""
 
     def __init__(self, db: Database, master_key: MasterKey, queue: JobQueue,
-                 egress: Egress) -> None:
+                 egress: Egress, event_types: EventTypes) -> None:
+        self.event_types = event_types
         self.db = db
         self.master_key = master_key
         self.queue = queue
@@ -48,17 +47,38 @@ class Webhooks:
                               description: str = "") -> tuple[store.Endpoint, str]:
         """Register an endpoint; returns it and its secret (shown this once). Raises
         ValidationFailed (422) for an unknown event type or a URL the guard refuses."""
-        unknown = sorted(set(event_types) - set(EVENT_TYPES))
-        if unknown:
-            raise ValidationFailed(f"unknown event types {unknown}; known: {list(EVENT_TYPES)}",
-                                   code="webhook_event_type_unknown")
+        types = self.event_types.check(event_types)
         await self._check_url(url)
         secret = new_secret()
         nonce, ct = self.master_key.encrypt(secret, context=secret_context(scope.org_id))
         endpoint = await store.create_endpoint(
             self.db, scope, url=url, description=description,
-            event_types=sorted(set(event_types)), nonce=nonce, ct=ct)
+            event_types=types, nonce=nonce, ct=ct)
         return endpoint, secret
+
+    async def update_endpoint(self, scope: Scope, endpoint_id: UUID, *, url: str | None = None,
+                              event_types: Sequence[str] | None = None,
+                              description: str | None = None,
+                              enabled: bool | None = None) -> store.Endpoint:
+        """Change an endpoint; `enabled` False disables it (the org is told, as for an
+        automatic disable), True enables it again with its failure clock cleared. Raises
+        NotFound, ValidationFailed as `create_endpoint`."""
+        await self.get_endpoint(scope, endpoint_id)
+        types = None if event_types is None else self.event_types.check(event_types)
+        if url is not None:
+            await self._check_url(url)
+        if url is not None or types is not None or description is not None:
+            await store.update_endpoint(self.db, scope, endpoint_id, url=url,
+                                        description=description, event_types=types)
+        if enabled is True:
+            await store.enable_endpoint(self.db, scope, endpoint_id)
+        elif enabled is False:
+            async with self.db.begin() as conn:
+                done = await store.disable_endpoint(conn, scope, endpoint_id,
+                                                    "disabled by an admin")
+                if done is not None:
+                    await disabled(conn, scope, done)
+        return await self.get_endpoint(scope, endpoint_id)
 
     async def _check_url(self, url: str) -> None:
         try:
