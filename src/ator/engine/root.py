@@ -40,7 +40,7 @@ from ator.engine.tenancy import Tenancy
 from ator.engine.tool_calls import ToolCalls
 from ator.engine.turn import TurnRunner
 from ator.errors import ConfigError
-from ator.jobs import JobKinds, JobQueue, JobRunner, Schedules
+from ator.jobs import JobKinds, JobQueue, JobRunner, ModelWork, Schedules
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
@@ -128,7 +128,7 @@ def assemble(
     tools (default: the built-ins and every extension's tools); `toolsets`, `hooks` and
     `services` are the caller's, after the extensions' (a caller's service of a type wins)."""
     wakes = Wakes(coord, settings.lease_ttl)
-    kernel = Kernel(settings, db, coord, prices, master_key, wakes)
+    kernel = Kernel(settings, db, coord, prices, master_key, wakes, providers)
     built = [make(kernel) for make in extensions]
     native = StaticToolset([*builtin_tools(), *(t for e in built for t in e.tools())]
                            if tools is None else tools)  # checked first
@@ -165,6 +165,9 @@ def assemble(
     registry.add(JobKinds, kinds)
     registry.add(JobQueue, JobQueue(db, kinds))
     registry.add(Schedules, Schedules(db, kinds))
+    # Model calls outside a turn (an extension's own, e.g. analyses, wins).
+    registry.add(ModelWork, ModelWork(db, providers, prices, master_key,
+                                      fail_closed=settings.budget_fail_closed))
     job_runner = JobRunner(db, kinds, settings, owner=owner)
     reaper = Reaper(db=db, coord=coord, actor=actor, runner=runner, owner=owner,
                     ttl=settings.lease_ttl, interval=settings.reaper_interval)
