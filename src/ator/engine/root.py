@@ -1,5 +1,5 @@
 """The composition root: the engine assembled from its extensions (layer: engine; imports
-agent.extension, engine.*, subagents.extension, webhooks.extension,
+agent.extension, analyses.extension, engine.*, subagents.extension, webhooks.extension,
 tools).
 
     kernel (db, coordinator, settings, prices, master key, wakes)
@@ -24,6 +24,7 @@ import ator
 from ator.agent.caps import CapGroup, Caps, parse_caps
 from ator.agent.extension import Extension, Kernel
 from ator.agent.hooks import LoopHook
+from ator.analyses.extension import AnalysesExtension
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
 from ator.engine.access import Access
@@ -60,7 +61,7 @@ ExtensionFactory = Callable[[Kernel], Extension]
 #: What `Ator.open` builds the engine from unless told otherwise.
 DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, McpExtension,
                                                    SubagentsExtension, WebhooksExtension,
-                                                   WorkflowsExtension)
+                                                   WorkflowsExtension, AnalysesExtension)
 
 
 class Services:

@@ -44,6 +44,7 @@ __all__ = [
     "get_inbound",
     "get_received",
     "inbound_by_id",
+    "insert_event",
     "insert_test_delivery",
     "list_attempts",
     "list_deliveries",
@@ -249,6 +250,24 @@ class TurnEndedOutbox:
     def values(self) -> dict[str, Any]:
         return {"event_id": self.event_id, "body": self.body, "kind": self.job_kind,
                 "attempts": self.max_attempts}
+
+
+_EVENT = sa.text("""
+INSERT INTO webhook_events (id, org_id, type, body)
+SELECT :event_id, :org_id, :type, :body
+ WHERE EXISTS (SELECT 1 FROM webhook_endpoints w
+                WHERE w.org_id = :org_id AND w.enabled
+                  AND (cardinality(w.event_types) = 0 OR :type = ANY(w.event_types)))
+RETURNING id""")
+
+
+async def insert_event(conn: Connection, scope: Scope, event_id: UUID, type: str,
+                       body: str) -> bool:
+    """An outbox event of `type`, on the caller's transaction, only when some enabled
+    endpoint of the org wants it (the caller then queues its fan-out). True: written."""
+    rows = (await conn.execute(_EVENT, {"event_id": event_id, "org_id": scope.org_id,
+                                        "type": type, "body": body})).all()
+    return bool(rows)
 
 
 _FAN_OUT = sa.text("""

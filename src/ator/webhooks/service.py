@@ -31,7 +31,7 @@ from ator.webhooks.signing import new_secret
 __all__ = ["EVENT_TYPES", "Webhooks"]
 
 #: The event types ator sends (an endpoint with no filter gets them all).
-EVENT_TYPES = ("turn.ended",)
+EVENT_TYPES = ("turn.ended", "analysis.generated")
 
 
 class Webhooks:
