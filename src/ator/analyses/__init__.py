@@ -8,6 +8,8 @@ result; `runner.py` runs one on the jobs kernel; `service.py` is the `Analyses` 
 `evals.py` runs each kind's eval set.
 """
 
+from ator.analyses.builtin import builtin_kinds
+from ator.analyses.evals import EvalReport, Evals, ci, run_cases
 from ator.analyses.extension import AnalysesExtension
 from ator.analyses.kind import AnalysisKind, EvalCase, from_spec
 from ator.analyses.runner import RUN, input_hash
@@ -16,5 +18,6 @@ from ator.analyses.validate import Length, Reference, Verdict, Vocabulary, valid
 from ator.store.analyses import Analysis
 
 __all__ = ["FALLBACK_FLAG", "RUN", "Analyses", "AnalysesExtension", "Analysis",
-           "AnalysisKind", "EvalCase", "Length", "Reference", "Verdict", "Vocabulary",
-           "from_spec", "input_hash", "validate"]
+           "AnalysisKind", "EvalCase", "EvalReport", "Evals", "Length", "Reference", "Verdict",
+           "Vocabulary", "builtin_kinds", "ci", "from_spec", "input_hash", "run_cases",
+           "validate"]

@@ -12,7 +12,7 @@ fallback rate among runs that were not cache hits, flagged above 20%.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -21,6 +21,7 @@ from ator.analyses.kind import AnalysisKind, from_spec
 from ator.analyses.runner import RUN, message
 from ator.errors import Conflict, NotFound, ValidationFailed
 from ator.jobs import JobQueue, Schedules
+from ator.security.limits import JsonLimits, check_json
 from ator.store import analyses as store
 from ator.store.analyses import Analysis, KindRow
 from ator.store.database import Database
@@ -33,11 +34,18 @@ __all__ = ["FALLBACK_FLAG", "Analyses"]
 #: is flagged in the registry.
 FALLBACK_FLAG = 0.20
 _MAX_TARGET = 200
+#: How big an org's kind spec and a run's options may be.
+KIND_SPEC = JsonLimits(max_bytes=256 * 1024, max_depth=32, max_items=20_000)
+RUN_OPTIONS = JsonLimits(max_bytes=64 * 1024, max_depth=16, max_items=2_000)
+#: Checks an org kind's (provider, model, config) as a setup's would be checked.
+ModelCheck = Callable[[str, str, Mapping[str, Any]], None]
 
 
 class Analyses:
-    def __init__(self, db: Database, queue: JobQueue, schedules: Schedules) -> None:
+    def __init__(self, db: Database, queue: JobQueue, schedules: Schedules,
+                 check_model: ModelCheck | None = None) -> None:
         self.db = db
+        self.check_model = check_model
         self.queue = queue
         self.schedules = schedules
         self._code: dict[str, AnalysisKind] = {}
@@ -62,7 +70,7 @@ class Analyses:
             return found
         row = await store.get_kind(self.db, scope, name)
         if row is None:
-            raise NotFound(f"no analysis kind {name!r}", code="not_found")
+            raise NotFound("analysis kind not found", code="not_found")
         key = (scope.org_id, name, row.version)
         parsed = self._parsed.get(key)
         if parsed is None:
@@ -77,7 +85,10 @@ class Analyses:
         (`invalid_kind`) or Conflict (`kind_exists`: a kind in code has the name)."""
         if name in self._code:
             raise Conflict(f"{name!r} is a built-in analysis kind", code="kind_exists")
-        from_spec(name, spec)  # refused here, never at run time
+        check_json(spec, KIND_SPEC, ("spec",))
+        kind = from_spec(name, spec)  # refused here, never at run time
+        if self.check_model is not None:  # the provider's config rules, like a setup's
+            self.check_model(kind.provider, kind.model, kind.config)
         return await store.put_kind(self.db, scope, name, dict(spec))
 
     async def org_kinds(self, scope: Scope) -> list[KindRow]:
@@ -85,7 +96,7 @@ class Analyses:
 
     async def delete_kind(self, scope: Scope, name: str) -> None:
         if not await store.delete_kind(self.db, scope, name):
-            raise NotFound(f"no analysis kind {name!r}", code="not_found")
+            raise NotFound("analysis kind not found", code="not_found")
 
     # Runs ---------------------------------------------------------------------------------
 
@@ -94,6 +105,7 @@ class Analyses:
                       then: list[str] | None = None, force: bool = False) -> int:
         """Queue a run; returns its job id. Raises NotFound (the kind, or a chained one)."""
         _check_target(target)
+        check_json(dict(options or {}), RUN_OPTIONS, ("options",))
         for name in (kind, *(then or ())):
             await self.kind(scope, name)
         opts = dict(options or {})
