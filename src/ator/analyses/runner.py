@@ -37,6 +37,7 @@ from ator import jsonenc
 from ator.analyses.inputs import InputContext
 from ator.analyses.kind import AnalysisKind, render
 from ator.analyses.validate import Verdict, validate
+from ator.errors import NotFound
 from ator.jobs import BudgetRefused, JobContext, ModelWork, WorkCall
 from ator.obs.logging import get_logger
 from ator.store import analyses as store
@@ -98,7 +99,11 @@ class Runner:
         if not await store.org_active(self.db, scope):
             log.info("org is not active; analysis skipped", extra=extra)
             return
-        kind = await self.kinds(scope, name)
+        try:
+            kind = await self.kinds(scope, name)
+        except NotFound:  # deleted since it was queued: nothing to retry
+            log.warning("analysis kind no longer exists; run dropped", extra=extra)
+            return
         then = list(payload["then"]) if payload.get("then") else list(kind.then)
         log.info("analysis started", extra=extra)
         inputs = InputContext(self.db, scope)
