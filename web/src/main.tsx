@@ -1,5 +1,5 @@
 // The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
-// threads, chat (with the inspector, instructions and the subagent tree), usage, setups,
+// threads, chat (with the inspector, instructions and the subagent tree), usage, analyses, setups,
 // secrets, keys and the org policy. Live state arrives over one socket.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
@@ -11,6 +11,7 @@ import { Login } from "./screens/login";
 import { Threads } from "./screens/threads";
 import { Chat } from "./screens/chat";
 import { Usage } from "./screens/usage";
+import { Analyses } from "./screens/analyses";
 import { Setups } from "./screens/setups";
 import { Secrets, Keys } from "./screens/admin";
 import { Policy } from "./screens/prompts";
@@ -85,6 +86,7 @@ function App() {
   if (!live) screen = <div class="muted">Connecting…</div>;
   else if ((m = path.match(/^\/threads\/([0-9a-f-]{36})/))) screen = <Chat key={m[1]} threadId={m[1]} live={live} who={who} />;
   else if (path.startsWith("/usage")) screen = <Usage />;
+  else if (path.startsWith("/analyses")) screen = <Analyses />;
   else if (path.startsWith("/setups")) screen = <Setups who={who} />;
   else if (path.startsWith("/secrets")) screen = <Secrets who={who} />;
   else if (path.startsWith("/keys")) screen = <Keys who={who} />;
