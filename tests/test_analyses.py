@@ -8,6 +8,7 @@ the rule with no model call."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -29,6 +30,7 @@ from ator.providers.base import Usage
 from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store.schema import model_calls, org_usage
 from ator.store.scope import Scope
+from tests.conftest import ended, wait_for_event
 
 FAST = {"job_poll_interval": 0.05}
 PRICED = {"priced-model": {"input": "1", "output": "2"}}
@@ -335,3 +337,19 @@ async def test_a_turn_end_triggers_the_kinds_that_ask_for_it(runtime: Any) -> No
         await until(analysed)
         [a] = await analyses.records(scope, kind="mood")
         assert (a.target, a.origin, a.output["level"]) == (str(thread.id), "turn_ended", "low")
+        # The result reaches the thread once, as data; the turn it wakes was started by no
+        # person's message, so it triggers no second analysis (no loop).
+        note = await wait_for_event(ator, scope, thread.id,
+                                    lambda e: e.kind == "notification")
+        assert note.data["source"] == "analysis:mood"
+        assert json.loads(note.data["text"]) == a.output
+        after = await wait_for_event(ator, scope, thread.id, ended, after_seq=note.seq)
+        queue = ator.service(JobQueue)
+
+        async def settled() -> bool:
+            counts = await queue.counts(scope, RUN)
+            return counts.get("queued", 0) + counts.get("running", 0) == 0
+
+        await until(settled)
+        assert after.seq > note.seq
+        assert len(await analyses.records(scope, kind="mood")) == 1

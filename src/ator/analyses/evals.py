@@ -62,7 +62,7 @@ async def _case(kind: AnalysisKind, case: EvalCase) -> dict[str, Any]:
     async def exists(record: str, ids: list[str]) -> set[str]:
         return {x for x in ids if x in set(map(str, existing.get(record, [])))}
 
-    verdict = await validate(case.output, kind.schema, kind.validators, input=case.input,
+    verdict = await validate(case.output, kind.checker, kind.validators, input=case.input,
                              exists=exists)
     ok = verdict.verdict == case.expect
     if ok and case.expect_output is not None:

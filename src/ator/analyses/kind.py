@@ -34,7 +34,7 @@ import jsonschema
 
 from ator import jsonenc
 from ator.analyses.inputs import InputBuilder, builder_from_spec
-from ator.analyses.validate import Length, Reference, Validator, Vocabulary
+from ator.analyses.validate import Length, Reference, Validator, Vocabulary, checker
 from ator.errors import ValidationFailed
 
 __all__ = ["APPLY", "AT_LIMIT", "TRIGGERS", "AnalysisKind", "EvalCase", "Rule", "check_rule",
@@ -79,6 +79,8 @@ class AnalysisKind:
     evals: tuple[EvalCase, ...] = ()
     triggers: tuple[str, ...] = ()  # events that start it: turn_ended
     org_defined: bool = False
+    # The output schema compiled once (set in __post_init__).
+    checker: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -100,6 +102,7 @@ class AnalysisKind:
             raise ValidationFailed(f"triggers are among {list(TRIGGERS)}", code="invalid_kind")
         if not 1 <= self.max_tokens <= 64_000:
             raise ValidationFailed("max_tokens is between 1 and 64000", code="invalid_kind")
+        object.__setattr__(self, "checker", checker(self.schema))
 
     @property
     def label(self) -> str:

@@ -164,7 +164,7 @@ class Runner:
         async def exists(record_type: str, ids: list[str]) -> set[str]:
             return await store.existing_ids(self.db, scope, record_type, ids)
 
-        verdict = await validate(result.text, kind.schema, kind.validators, input=data,
+        verdict = await validate(result.text, kind.checker, kind.validators, input=data,
                                  exists=exists)
         if verdict.usable and verdict.output is not None:
             return record(result.model, verdict.output, verdict, cost=result.cost_usd,

@@ -29,8 +29,8 @@ import jsonschema
 
 from ator import jsonenc
 
-__all__ = ["VERDICTS", "Exists", "Length", "Reference", "Validator", "Verdict", "Vocabulary",
-           "parse_output", "validate"]
+__all__ = ["VERDICTS", "Exists", "Length", "Reference", "Schema", "Validator", "Verdict",
+           "Vocabulary", "checker", "parse_output", "validate"]
 
 #: What a validator can do to an output, weakest first.
 VERDICTS = ("accept", "clean", "cut", "reject", "unparseable")
@@ -99,7 +99,16 @@ def _norm(value: str) -> str:
     return re.sub(r"[\s_\-]+", " ", value).strip().casefold()
 
 
-async def validate(text: str, schema: dict[str, Any], validators: Sequence[Validator], *,
+#: An output schema: a JSON Schema object, or one compiled by `checker`.
+Schema = Any
+
+
+def checker(schema: dict[str, Any]) -> Any:
+    """A compiled JSON Schema (build once per kind: compiling costs more than checking)."""
+    return jsonschema.Draft202012Validator(schema)
+
+
+async def validate(text: str, schema: Schema, validators: Sequence[Validator], *,
                    input: dict[str, Any], exists: Exists | None = None) -> Verdict:
     """The verdict on a model's reply `text` for this kind (never raises on bad output)."""
     out = parse_output(text)
@@ -108,7 +117,7 @@ async def validate(text: str, schema: dict[str, Any], validators: Sequence[Valid
     return await check(out, schema, validators, input=input, exists=exists)
 
 
-async def check(out: dict[str, Any], schema: dict[str, Any], validators: Sequence[Validator],
+async def check(out: dict[str, Any], schema: Schema, validators: Sequence[Validator],
                 *, input: dict[str, Any], exists: Exists | None = None) -> Verdict:
     """The verdict on a parsed output (a copy is cleaned and cut; `out` is left alone)."""
     out = jsonenc.loads(jsonenc.dumps(out))
@@ -125,7 +134,8 @@ async def check(out: dict[str, Any], schema: dict[str, Any], validators: Sequenc
         if verdict.verdict == "reject":
             return verdict
     # The schema last: a cleaned or cut output must still be what the kind promises.
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(out), key=str)
+    compiled = checker(schema) if isinstance(schema, dict) else schema
+    errors = sorted(compiled.iter_errors(out), key=str)
     if errors:
         verdict.note("reject", f"schema: {errors[0].message}"[:300])
     return verdict

@@ -337,7 +337,8 @@ async def eval_runs(db: Database, org_id: UUID | None, kind: str,
 
 # In the turn's final statement: one `analyses.run` job per kind of the org (or kind in
 # code, `:code_kinds`) triggered by `turn_ended`, the thread as target; only while the turn
-# is still running (`_turn` has its row), so they exist if and only if the end committed.
+# is still running (`_turn` has its row), so they exist if and only if the end committed,
+# and only for a turn that a user message started.
 _TURN_ENDED_RUNS = PartSql("analyses.turn_ended", ctes=("""_an_jobs AS (
   INSERT INTO jobs (org_id, kind, payload, max_attempts)
   SELECT CAST(:org_id AS uuid), :job_kind,
@@ -349,6 +350,12 @@ _TURN_ENDED_RUNS = PartSql("analyses.turn_ended", ctes=("""_an_jobs AS (
            WHERE org_id = CAST(:org_id AS uuid) AND spec->'triggers' ? 'turn_ended'
           UNION SELECT unnest(CAST(:code_kinds AS text[]))) k
    WHERE EXISTS (SELECT 1 FROM _turn)
+     -- Only a turn a person's message started: a turn that only read an analysis's own
+     -- notification (apply thread_message) must not trigger it again, in a loop. Checked
+     -- only when some kind is triggered (an InitPlan runs at the first row, if any).
+     AND EXISTS (SELECT 1 FROM events e
+                  WHERE e.thread_id = CAST(:thread_id AS uuid)
+                    AND e.turn_id = CAST(:turn_id AS uuid) AND e.kind = 'message')
   RETURNING id
 )""",), selects=(f"(SELECT count(pg_notify('{CHANNEL}', '')) FROM _an_jobs) AS analysis_jobs",),
     params=frozenset({"job_kind", "attempts", "code_kinds"}))
