@@ -4,7 +4,8 @@ ator.store.*).
 `analysis_kinds` holds an org's kinds as data (a spec, its version bumped on each change);
 `analyses` every stored result; `analysis_daily` the figures per (org, kind, day) that the
 registry reads (runs, model calls, cache hits, rule fallbacks, cost), written by the same
-statement as what they count; `eval_runs` scored eval runs.
+statement as what they count; `eval_runs` scored eval runs. A day's figures are spread
+over 16 rows (`shard`) so that concurrent runs of one kind do not all wait on one row.
 
 A cache hit is one statement (`cached_hit`: find the newest cacheable analysis with the
 target, kind and input hash, and count the hit); a stored analysis is one (`save`: the row
@@ -14,6 +15,7 @@ jobs commit with it.
 
 from __future__ import annotations
 
+import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -115,6 +117,12 @@ _COLUMNS = ("id, org_id, kind, kind_version, target, input_hash, cacheable, mode
             "verdict, problems, cost_usd, spent_usd, origin, request_id, created_at")
 
 _DAY = "(now() AT TIME ZONE 'UTC')::date"
+_SHARDS = 16
+
+
+def _shard() -> int:
+    """Which of a day's 16 rows a run adds to (any: the figures are sums)."""
+    return random.randrange(_SHARDS)
 
 _HIT = sa.text(f"""
 WITH hit AS (
@@ -123,9 +131,9 @@ WITH hit AS (
      AND cacheable
    ORDER BY created_at DESC LIMIT 1
 ), _day AS (
-  INSERT INTO analysis_daily (org_id, kind, day, runs, cache_hits)
-  SELECT :org_id, :kind, {_DAY}, 1, 1 FROM hit
-  ON CONFLICT (org_id, kind, day) DO UPDATE
+  INSERT INTO analysis_daily (org_id, kind, day, shard, runs, cache_hits)
+  SELECT :org_id, :kind, {_DAY}, :shard, 1, 1 FROM hit
+  ON CONFLICT (org_id, kind, day, shard) DO UPDATE
     SET runs = analysis_daily.runs + 1, cache_hits = analysis_daily.cache_hits + 1
 )
 SELECT * FROM hit""")
@@ -135,7 +143,7 @@ async def cached_hit(db: Database, scope: Scope, kind: str, target: str,
                      input_hash: str) -> Analysis | None:
     """The stored analysis this input hashes to (counted as a cache hit), or None."""
     rows = await db.fetch(_HIT, {"org_id": scope.org_id, "kind": kind, "target": target,
-                                 "hash": input_hash}, write=True)
+                                 "hash": input_hash, "shard": _shard()}, write=True)
     return _analysis(rows[0]) if rows else None
 
 
@@ -148,9 +156,10 @@ WITH row AS (
           :request_id)
   RETURNING {_COLUMNS}
 ), _day AS (
-  INSERT INTO analysis_daily (org_id, kind, day, runs, model_calls, fallbacks, cost_usd)
-  VALUES (:org_id, :kind, {_DAY}, 1, :calls, :fallbacks, :spent)
-  ON CONFLICT (org_id, kind, day) DO UPDATE
+  INSERT INTO analysis_daily (org_id, kind, day, shard, runs, model_calls, fallbacks,
+                              cost_usd)
+  VALUES (:org_id, :kind, {_DAY}, :shard, 1, :calls, :fallbacks, :spent)
+  ON CONFLICT (org_id, kind, day, shard) DO UPDATE
     SET runs = analysis_daily.runs + 1,
         model_calls = analysis_daily.model_calls + EXCLUDED.model_calls,
         fallbacks = analysis_daily.fallbacks + EXCLUDED.fallbacks,
@@ -167,7 +176,7 @@ async def save(conn: Connection | Database, scope: Scope, new: NewAnalysis) -> A
               "output": jsonenc.dumps(new.output), "verdict": new.verdict,
               "problems": jsonenc.dumps(new.problems), "cost": new.cost_usd,
               "spent": new.spent_usd, "origin": new.origin, "request_id": new.request_id,
-              "calls": int(new.called), "fallbacks": int(new.fallback)}
+              "calls": int(new.called), "fallbacks": int(new.fallback), "shard": _shard()}
     if isinstance(conn, Database):
         return _analysis((await conn.fetch(_SAVE, params, write=True))[0])
     return _analysis((await conn.execute(_SAVE, params)).one())

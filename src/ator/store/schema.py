@@ -771,12 +771,13 @@ analysis_daily = sa.Table(
     sa.Column("org_id", UUID(as_uuid=True), nullable=False),
     sa.Column("kind", sa.Text, nullable=False),
     sa.Column("day", sa.Date, nullable=False),
+    sa.Column("shard", sa.SmallInteger, nullable=False, server_default="0"),
     sa.Column("runs", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("model_calls", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("cache_hits", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("fallbacks", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
-    sa.PrimaryKeyConstraint("org_id", "kind", "day", name="pk_analysis_daily"),
+    sa.PrimaryKeyConstraint("org_id", "kind", "day", "shard", name="pk_analysis_daily"),
 )
 
 eval_runs = sa.Table(

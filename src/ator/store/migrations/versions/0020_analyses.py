@@ -79,12 +79,15 @@ def upgrade() -> None:
         sa.Column("org_id", UUID(as_uuid=True), nullable=False),
         sa.Column("kind", sa.Text, nullable=False),
         sa.Column("day", sa.Date, nullable=False),
+        # Spread over 16 rows per (org, kind, day): every run adds to one, so concurrent
+        # runs of one kind do not queue on a single row's lock.
+        sa.Column("shard", sa.SmallInteger, nullable=False, server_default="0"),
         sa.Column("runs", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("model_calls", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("cache_hits", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("fallbacks", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("cost_usd", sa.Numeric(14, 6), nullable=False, server_default="0"),
-        sa.PrimaryKeyConstraint("org_id", "kind", "day", name="pk_analysis_daily"),
+        sa.PrimaryKeyConstraint("org_id", "kind", "day", "shard", name="pk_analysis_daily"),
     )
     op.create_table(
         "eval_runs",
