@@ -39,7 +39,9 @@ WRITES = ("post", "put", "patch", "delete")
 OWN_SESSION = "/v1/sessions"
 # The one route whose path names a resource in the *caller's* org whatever it is called:
 # PUT of another org's secret name is an upsert of the caller's own secret of that name.
-CALLER_SCOPED = {("put", "/v1/secrets/{name}")}
+CALLER_SCOPED = {("put", "/v1/secrets/{name}"),
+                 # Likewise an org's analysis kind: a PUT names the caller's own kind.
+                 ("put", "/v1/analyses/kinds/{kind_name}")}
 # Where outside systems send webhooks: no caller org at all (the endpoint's own signature
 # authenticates the sender; tests/test_webhooks_api.py), so neither walk applies.
 UNAUTHENTICATED = {("post", "/v1/hooks/{inbound_id}"), ("post", "/v1/hooks/{inbound_id}/{token}")}
@@ -138,6 +140,14 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
     await api.post_message(gated_thread["id"], f"gated-{tag}")
     assert (await api.follow(gated_thread["id"]))[-1]["data"]["status"] == "waiting"
     approval = (await api.ok("GET", "/v1/approvals"))["data"][0]
+    kind_name = f"kind_{tag.replace('-', '_')}"
+    await api.ok("PUT", f"/v1/analyses/kinds/{kind_name}", json={"spec": analysis_spec(tag)})
+    await api.ok("POST", "/v1/analyses/runs", 202, json={
+        "kind": kind_name, "target": f"target-{tag}", "options": {"payload": {"t": tag}}})
+    deadline = time.monotonic() + 30
+    while not (analyses := (await api.ok("GET", "/v1/analyses"))["data"]):
+        assert time.monotonic() < deadline, "the analysis did not run"
+        await asyncio.sleep(0.1)
     tenant.ids = {
         "action_id": approval["id"], "org_id": tenant.org_id, "setup_id": setup["id"],
         "thread_id": thread["id"],
@@ -147,10 +157,20 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
         "inbound_id": inbound["id"], "received_id": received["id"],
         "workflow_id": workflow["id"], "version": "1", "run_id": run["id"],
         "step_id": steps[0]["id"], "schedule_id": schedule["id"],
+        "kind_name": kind_name, "analysis_id": analyses[0]["id"],
     }
     # A call id is a small integer, found in any response: it is no mark of the tenant.
     tenant.marks = {*(v for k, v in tenant.ids.items() if k not in ("call_id", "version")), tag,
                     viewer["user_id"], viewer["prefix"]}
+
+
+def analysis_spec(tag: str) -> dict[str, Any]:
+    """An org's analysis kind answered by a scripted model with this tenant's mark."""
+    return {"input": {"source": "payload"},
+            "model": {"provider": "scripted", "model": "scripted",
+                      "config": {"script": [{"text": json.dumps({"note": f"note-{tag}"})}]}},
+            "output_schema": {"type": "object", "required": ["note"]},
+            "rule": {"output": {"note": "rule"}}}
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +244,11 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
         ("post", "/v1/approvals/{action_id}/decision"): {"decision": "deny",
                                                           "reason": "from another org"},
         ("put", "/v1/approvals/settings"): {"approve_mcp_writes": False},
+        ("put", "/v1/analyses/kinds/{kind_name}"): {"spec": analysis_spec("outside")},
+        ("post", "/v1/analyses/runs"): {"kind": victim.ids["kind_name"], "target": "t",
+                                        "options": {"payload": {"x": 1}}},
+        ("post", "/v1/analyses/schedules"): {"kind": victim.ids["kind_name"], "target": "t",
+                                             "cron": "0 6 * * *"},
     }
     assert (method, path) in bodies, f"add a valid request body for {method.upper()} {path}"
     return bodies[(method, path)]
@@ -249,7 +274,8 @@ def nobody() -> dict[str, str]:
             "inbound_id": str(uuid.uuid4()), "received_id": str(uuid.uuid4()),
             "workflow_id": str(uuid.uuid4()), "version": "1", "run_id": str(uuid.uuid4()),
             "step_id": str(uuid.uuid4()), "schedule_id": str(uuid.uuid4()),
-            "action_id": str(uuid.uuid4())}
+            "action_id": str(uuid.uuid4()), "kind_name": f"no_such_{uuid.uuid4().hex[:8]}",
+            "analysis_id": str(uuid.uuid4())}
 
 
 def leaks(text: str, tenant: Tenant) -> set[str]:
@@ -286,6 +312,9 @@ async def snapshot(tenant: Tenant) -> dict[str, Any]:
         "approvals": await api.ok("GET", "/v1/approvals/settings"),
         "inbound_list": await api.ok("GET", "/v1/webhooks/inbound"),
         "received": await api.ok("GET", f"/v1/webhooks/inbound/{ids['inbound_id']}/received"),
+        "analyses": await api.ok("GET", "/v1/analyses"),
+        "analysis_kinds": await api.ok("GET", "/v1/analyses/kinds"),
+        "analysis_stats": await api.ok("GET", "/v1/analyses/stats"),
     }
 
 

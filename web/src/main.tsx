@@ -1,7 +1,7 @@
 // The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
 // threads, chat (with the inspector, instructions and the subagent tree), workflow runs (drawn
-// live as a graph), approvals, usage, setups, secrets, keys, the org policy and webhooks
-// (outbound and inbound). Live state arrives over one socket.
+// live as a graph), approvals, usage, analyses, setups, secrets, keys, the org policy and
+// webhooks (outbound and inbound). Live state arrives over one socket.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, explain, setCsrf, type Who } from "./api";
@@ -12,6 +12,7 @@ import { Login } from "./screens/login";
 import { Threads } from "./screens/threads";
 import { Chat } from "./screens/chat";
 import { Usage } from "./screens/usage";
+import { Analyses } from "./screens/analyses";
 import { Setups } from "./screens/setups";
 import { Secrets, Keys } from "./screens/admin";
 import { Policy } from "./screens/prompts";
@@ -92,6 +93,7 @@ function App() {
   else if ((m = path.match(/^\/runs\/([0-9a-f-]{36})/))) screen = <RunView key={m[1]} runId={m[1]} live={live} />;
   else if (path.startsWith("/runs")) screen = <Runs />;
   else if (path.startsWith("/usage")) screen = <Usage />;
+  else if (path.startsWith("/analyses")) screen = <Analyses />;
   else if (path.startsWith("/setups")) screen = <Setups who={who} />;
   else if (path.startsWith("/secrets")) screen = <Secrets who={who} />;
   else if (path.startsWith("/keys")) screen = <Keys who={who} />;

@@ -1,10 +1,10 @@
 """What a feature contributes to the engine, and what it is built with (layer: agent; imports
-agent.caps, agent.hooks, agent.state, coord.base, cost.prices, security.crypto, settings,
-store, tools).
+agent.caps, agent.hooks, agent.state, coord.base, cost.prices, providers.registry,
+security.crypto, settings, store, tools).
 
 One composition root (`engine/root.py`) assembles the engine from extensions. An extension
-is built from the `Kernel` (the database, the coordinator, settings, prices, the master key
-and a `Waker`) and contributes any of:
+is built from the `Kernel` (the database, the coordinator, settings, prices, the master key,
+a `Waker` and the provider registry, for model work outside a turn) and contributes any of:
 
 - `tools()`        native tools (in the default native set when the caller names none)
 - `toolsets()`     toolsets asked before every model call
@@ -43,6 +43,7 @@ from ator.agent.state import TurnContext, TurnState
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
 from ator.errors import ConfigError
+from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
 from ator.store import turns as turn_store
@@ -96,6 +97,9 @@ class Kernel:
     master_key: MasterKey
     waker: Waker
     services: LateServices = field(default_factory=LateServices)
+    # The engine's providers, for model calls outside a turn (jobs/model_work.py); None
+    # only in a kernel built without an engine.
+    providers: ProviderRegistry | None = None
 
 
 class TurnEnd(Protocol):

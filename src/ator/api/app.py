@@ -19,6 +19,7 @@ from starlette.routing import Route
 
 import ator
 from ator.api import (
+    analyses,
     approvals,
     calls,
     catalog,
@@ -114,7 +115,7 @@ def create_app(
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
                    mcp_servers, instructions, calls, catalog, webhooks, workflows, schedules,
-                   approvals):
+                   approvals, analyses):
         app.include_router(module.router)
     # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
     mcp_gateway = McpGateway(settings)

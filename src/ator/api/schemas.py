@@ -27,6 +27,9 @@ from ator.security.limits import (
 from ator.security.roles import Role
 
 __all__ = [
+    "AnalysisKindIn",
+    "AnalysisRunIn",
+    "AnalysisScheduleIn",
     "ApprovalDecisionIn",
     "ApprovalSettingsIn",
     "KeyIn",
@@ -300,3 +303,32 @@ class ApprovalSettingsIn(_Body):
     (`readOnlyHint`) needs a person's approval in this org."""
 
     approve_mcp_writes: bool
+class AnalysisKindIn(_Body):
+    """An org's analysis kind as `PUT /v1/analyses/kinds/{name}` takes it; the spec is
+    checked by the analyses service (422 `invalid_kind`, ator.analyses.kind)."""
+
+    spec: dict[str, Any] = Field(description="input, key_fields, system, prompt, model, "
+                                 "output_schema, validators, rule, apply, at_limit, then, "
+                                 "triggers, evals (ator.analyses.kind).")
+
+
+class AnalysisRunIn(_Body):
+    """A run queued by `POST /v1/analyses/runs`."""
+
+    kind: str = Field(min_length=1, max_length=63)
+    target: str = Field(min_length=1, max_length=200)
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="`payload` for a payload kind; at most 64 KiB.")
+    then: list[str] = Field(default_factory=list, max_length=10,
+                            description="Kinds chained after this one, in order.")
+    force: bool = False
+
+
+class AnalysisScheduleIn(_Body):
+    """A recurring run for this org (`POST /v1/analyses/schedules`)."""
+
+    kind: str = Field(min_length=1, max_length=63)
+    target: str = Field(min_length=1, max_length=200)
+    cron: str = Field(min_length=1, max_length=100)
+    zone: str = Field(default="UTC", min_length=1, max_length=64)
+    options: dict[str, Any] = Field(default_factory=dict)

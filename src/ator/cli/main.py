@@ -1,7 +1,7 @@
 """The `ator` command (layer: cli; the sync edge: asyncio.run lives here and only here).
 
 Commands: serve, worker, migrate, demo, chat, doctor, inspect, tree, the admin group and
-the workflow group. Settings come from ATOR_* environment variables (see ator.settings).
+the workflow and eval groups. Settings come from ATOR_* environment variables (see ator.settings).
 Each command lives in its own module of this package; this one wires them into one typer app.
 """
 
@@ -15,6 +15,7 @@ from ator.cli.admin import admin_app
 from ator.cli.chat import chat
 from ator.cli.demo import demo
 from ator.cli.doctor import doctor
+from ator.cli.evals import eval_app
 from ator.cli.inspect import inspect
 from ator.cli.tree import tree
 from ator.cli.webhooks import webhooks_app
@@ -37,6 +38,7 @@ app.command()(worker)
 app.add_typer(admin_app, name="admin")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(webhooks_app, name="webhooks")
+app.add_typer(eval_app, name="eval")
 
 
 @app.command()

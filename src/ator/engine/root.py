@@ -1,5 +1,5 @@
 """The composition root: the engine assembled from its extensions (layer: engine; imports
-agent.extension, engine.*, subagents.extension, webhooks.extension,
+agent.extension, analyses.extension, engine.*, subagents.extension, webhooks.extension,
 tools).
 
     kernel (db, coordinator, settings, prices, master key, wakes)
@@ -24,6 +24,7 @@ import ator
 from ator.agent.caps import CapGroup, Caps, parse_caps
 from ator.agent.extension import Extension, Kernel
 from ator.agent.hooks import LoopHook
+from ator.analyses.extension import AnalysesExtension
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
 from ator.engine.access import Access
@@ -41,7 +42,7 @@ from ator.engine.tenancy import Tenancy
 from ator.engine.tool_calls import ToolCalls
 from ator.engine.turn import TurnRunner
 from ator.errors import ConfigError
-from ator.jobs import JobKinds, JobQueue, JobRunner, Schedules
+from ator.jobs import JobKinds, JobQueue, JobRunner, ModelWork, Schedules
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
@@ -61,7 +62,8 @@ ExtensionFactory = Callable[[Kernel], Extension]
 #: What `Ator.open` builds the engine from unless told otherwise.
 DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, McpExtension,
                                                    SubagentsExtension, WebhooksExtension,
-                                                   WorkflowsExtension, ApprovalsExtension)
+                                                   WorkflowsExtension, ApprovalsExtension,
+                                                   AnalysesExtension)
 
 
 class Services:
@@ -129,7 +131,7 @@ def assemble(
     tools (default: the built-ins and every extension's tools); `toolsets`, `hooks` and
     `services` are the caller's, after the extensions' (a caller's service of a type wins)."""
     wakes = Wakes(coord, settings.lease_ttl)
-    kernel = Kernel(settings, db, coord, prices, master_key, wakes)
+    kernel = Kernel(settings, db, coord, prices, master_key, wakes, providers=providers)
     built = [make(kernel) for make in extensions]
     native = StaticToolset([*builtin_tools(), *(t for e in built for t in e.tools())]
                            if tools is None else tools)  # checked first
@@ -166,6 +168,9 @@ def assemble(
     registry.add(JobKinds, kinds)
     registry.add(JobQueue, JobQueue(db, kinds))
     registry.add(Schedules, Schedules(db, kinds))
+    # Model calls outside a turn (an extension's own, e.g. analyses, wins).
+    registry.add(ModelWork, ModelWork(db, providers, prices, master_key,
+                                      fail_closed=settings.budget_fail_closed))
     job_runner = JobRunner(db, kinds, settings, owner=owner)
     for extension in built:
         extension.bind(registry.mapping())

@@ -27,6 +27,8 @@ CATALOG = (
     EventType("turn.ended", "A turn ended (any status), with its usage and cost."),
     EventType("budget.reached", "A turn ended because a budget or spending cap was reached."),
     EventType("run.ended", "A workflow run ended: succeeded, failed or cancelled."),
+    EventType("analysis.generated", "An analysis was stored (its kind's `<kind>_generated`), "
+                                    "with its output, verdict, model and cost."),
     EventType("endpoint.disabled", "One of the org's webhook endpoints was disabled (410, "
                                    "failing for too long, or by an admin)."),
 )

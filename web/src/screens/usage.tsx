@@ -1,6 +1,7 @@
 // Usage by month, per setup and per thread, with a bar chart (plain SVG).
 import { useEffect, useState } from "preact/hooks";
 import { api, explain, money } from "../api";
+import { Link } from "../router";
 
 interface Row {
   key: string | null;
@@ -70,6 +71,9 @@ export function Usage() {
           <option value="thread">per thread</option>
         </select>
         <strong>Total {money(total)}</strong>
+        <Link to="/analyses" testid="to-analyses">
+          Analyses →
+        </Link>
       </div>
       {error && <p class="error">{error}</p>}
       {rows && rows.length === 0 && <p class="muted">Nothing was spent in {month}.</p>}
