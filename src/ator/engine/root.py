@@ -1,5 +1,5 @@
 """The composition root: the engine assembled from its extensions (layer: engine; imports
-agent.extension, engine.*, subagents.extension, webhooks.extension,
+agent.extension, engine.*, knowledge.extension, subagents.extension, webhooks.extension,
 tools).
 
     kernel (db, coordinator, settings, prices, master key, wakes)
@@ -41,6 +41,7 @@ from ator.engine.tool_calls import ToolCalls
 from ator.engine.turn import TurnRunner
 from ator.errors import ConfigError
 from ator.jobs import JobKinds, JobQueue, JobRunner, Schedules
+from ator.knowledge.extension import KnowledgeExtension
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
@@ -58,9 +59,9 @@ T = TypeVar("T")
 ExtensionFactory = Callable[[Kernel], Extension]
 
 #: What `Ator.open` builds the engine from unless told otherwise.
-DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, McpExtension,
-                                                   SubagentsExtension, WebhooksExtension,
-                                                   WorkflowsExtension)
+DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, KnowledgeExtension,
+                                                   McpExtension, SubagentsExtension,
+                                                   WebhooksExtension, WorkflowsExtension)
 
 
 class Services:
