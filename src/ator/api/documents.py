@@ -38,7 +38,7 @@ def document_view(d: Document) -> dict[str, Any]:
 
 
 def search_view(r: SearchResult) -> dict[str, Any]:
-    return {"query": r.query, "mode": r.mode, "data": [
+    return {"mode": r.mode, "data": [
         {"document_id": str(s.document_id), "version": s.version, "title": s.title,
          "section": s.section, "text": s.text, "score": s.score} for s in r.snippets]}
 
