@@ -1,6 +1,6 @@
 // The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
 // threads, chat (with the inspector, instructions and the subagent tree), usage, setups,
-// secrets, keys and the org policy. Live state arrives over one socket.
+// secrets, keys, the org's documents and the org policy. Live state arrives over one socket.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, explain, setCsrf, type Who } from "./api";
@@ -14,6 +14,7 @@ import { Usage } from "./screens/usage";
 import { Setups } from "./screens/setups";
 import { Secrets, Keys } from "./screens/admin";
 import { Policy } from "./screens/prompts";
+import { Documents } from "./screens/documents";
 import "./screens/inspector"; // registers the footer action
 import "./screens/tree"; // registers the thread tab
 import "./style.css";
@@ -89,6 +90,7 @@ function App() {
   else if (path.startsWith("/secrets")) screen = <Secrets who={who} />;
   else if (path.startsWith("/keys")) screen = <Keys who={who} />;
   else if (path.startsWith("/policy")) screen = <Policy who={who} />;
+  else if (path.startsWith("/documents")) screen = <Documents who={who} />;
   else screen = <Threads live={live} who={who} />;
 
   const nav = (to: string, label: string) => (
@@ -106,6 +108,7 @@ function App() {
           {nav("/setups", "Setups")}
           {who.role === "admin" && nav("/secrets", "Secrets")}
           {who.role === "admin" && nav("/keys", "API keys")}
+          {nav("/documents", "Documents")}
           {nav("/policy", "Policy")}
         </nav>
         <span class={`conn ${status}`} data-testid="connection" title="live connection">
