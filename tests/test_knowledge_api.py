@@ -6,6 +6,7 @@ logged and the unanswered ones listed; `ator doctor`'s vector row."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -217,3 +218,29 @@ async def test_search_docs_in_a_turn_reads_the_orgs_documents_as_data(make_ator:
         ("zeppelin hangar", "tool", thread.id, False),
         ("damaged parcel courier", "tool", thread.id, True)]
     assert logged[1].sources[0]["document_id"] == str(doc.id)
+
+
+async def test_concurrent_edits_of_one_version_make_one_new_version(make_ator: Any) -> None:
+    """Eight members save an edit of version 1 at once: one becomes version 2, seven are
+    409 version_conflict, and search reads version 2's chunks alone."""
+    from ator.errors import Conflict
+    from ator.store.scope import Scope
+
+    async with make_ator() as ator:
+        scope = Scope((await ator.create_org(f"o-{uuid.uuid4().hex[:6]}")).id)
+        knowledge = ator.service(Knowledge)
+        doc = await knowledge.create(scope, title="Counter", body="edit number zero")
+        results = await asyncio.gather(*(
+            knowledge.update(scope, doc.id, body=f"edit number {n} of eight",
+                             expected_version=1) for n in range(1, 9)),
+            return_exceptions=True)
+        made = [r for r in results if not isinstance(r, BaseException)]
+        refused = [r for r in results if isinstance(r, Conflict)]
+        assert len(made) == 1 and len(refused) == 7, results
+        assert all(r.code == "version_conflict" for r in refused)
+        current = await knowledge.get(scope, doc.id)
+        assert current.version == 2 and current.chunks == 1
+        found = await asyncio.gather(*(knowledge.search(scope, "edit number", log_query=False)
+                                       for _ in range(4)))
+        assert all([(s.version, s.text) for s in f.snippets] == [(2, current.body)]
+                   for f in found)

@@ -149,8 +149,9 @@ def _vector_check(settings: Settings, state: VectorState) -> Check:
     if state.available:
         return Check("vector search", "missing", "pgvector is available on this server but "
                      "not installed for ator: knowledge search is BM25 alone",
-                     fix="have a superuser run CREATE EXTENSION vector in ator's database, "
-                     "then `ator migrate` on a fresh database, or use the embedded server")
+                     fix="the vector tables are made by ator's first migration of a database "
+                     "where CREATE EXTENSION vector succeeds: have a superuser create it in a "
+                     "new database before ator migrates it, or use the embedded server")
     return Check("vector search", "missing", "this PostgreSQL has no pgvector extension: "
                  "knowledge search is BM25 alone",
                  fix="install pgvector (0.8 or later, for iterative index scans) on the "

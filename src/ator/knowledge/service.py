@@ -118,6 +118,7 @@ class Knowledge:
         self.min_similarity = min_similarity
         self._index_cache = index_cache
         self._indexes: OrderedDict[UUID, Bm25Index] = OrderedDict()
+        self._building: dict[UUID, asyncio.Lock] = {}
         self.vectors: store.VectorState | None = None  # known after start()
 
     async def start(self) -> None:
@@ -221,17 +222,24 @@ class Knowledge:
     # --- search -----------------------------------------------------------------------------
 
     async def _bm25(self, scope: Scope) -> Bm25Index:
-        cached = self._indexes.get(scope.org_id)
-        if cached is not None and cached.generation == await store.generation(self.db, scope):
-            self._indexes.move_to_end(scope.org_id)
-            return cached
-        generation, chunks = await store.corpus(self.db, scope)
-        index = await asyncio.to_thread(Bm25Index.build, generation, chunks)
-        self._indexes[scope.org_id] = index
-        self._indexes.move_to_end(scope.org_id)
+        org = scope.org_id
+        current = await store.generation(self.db, scope)
+        cached = self._indexes.get(org)
+        if cached is None or cached.generation < current:
+            # Concurrent searches of one org in this process share one rebuild.
+            lock = self._building.setdefault(org, asyncio.Lock())
+            async with lock:
+                cached = self._indexes.get(org)
+                if cached is None or cached.generation < current:
+                    generation, chunks = await store.corpus(self.db, scope)
+                    cached = await asyncio.to_thread(Bm25Index.build, generation, chunks)
+                    self._indexes[org] = cached
+            if not lock.locked():
+                self._building.pop(org, None)
+        self._indexes.move_to_end(org)
         while len(self._indexes) > self._index_cache:
             self._indexes.popitem(last=False)
-        return index
+        return cached
 
     async def _nearest(self, scope: Scope, query: str, k: int) -> list[UUID]:
         model = self._model
