@@ -14,7 +14,7 @@ import ipaddress
 import json
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -263,6 +263,25 @@ class Settings(BaseSettings):
     webhook_tolerance: float = Field(default=300.0, gt=0)
     # An endpoint whose every attempt failed for this long (seconds; 5 days) is disabled.
     webhook_disable_after: float = Field(default=5 * 86_400.0, ge=0)
+
+    # Knowledge (ator.knowledge): org documents and search_docs. Embeddings come from
+    # wordllama's model inside its wheel ("wordllama"), an OpenAI-compatible endpoint
+    # ("endpoint": knowledge_embeddings_url + _model, asked for 256 dimensions, through the
+    # egress guard, key from knowledge_embeddings_api_key) or nowhere ("none": BM25 alone,
+    # as on a database without pgvector). Chunks hold at most knowledge_chunk_chars; a
+    # search returns at most knowledge_snippets snippets of knowledge_snippet_chars; a vector
+    # hit below knowledge_min_similarity (cosine) is no answer; each replica keeps the BM25
+    # index of knowledge_index_cache orgs.
+    knowledge_embedder: Literal["wordllama", "endpoint", "none"] = "wordllama"
+    knowledge_embeddings_url: str | None = None
+    knowledge_embeddings_model: str = "text-embedding-3-small"
+    knowledge_embeddings_api_key: SecretStr | None = None
+    knowledge_document_chars: int = Field(default=200_000, ge=1000, le=2_000_000)
+    knowledge_chunk_chars: int = Field(default=1000, ge=200, le=20_000)
+    knowledge_snippets: int = Field(default=5, ge=1, le=50)
+    knowledge_snippet_chars: int = Field(default=1500, ge=100, le=20_000)
+    knowledge_min_similarity: float = Field(default=0.35, ge=-1.0, le=1.0)
+    knowledge_index_cache: int = Field(default=64, ge=1)
 
     @field_validator("webhook_retry_delays", mode="before")
     @classmethod

@@ -61,6 +61,10 @@ class Tenant:
     marks: set[str] = field(default_factory=set)  # strings that must never reach another org
 
 
+# GET routes that need a query parameter (the walk fills it from the victim's `ids`, so a
+# search for the victim's own words must find nothing of theirs).
+NEEDS_QUERY = frozenset({"/v1/knowledge/search"})
+
 # POST routes that only check their body (nothing is written, nothing of an org is read).
 CHECKS = frozenset({"/v1/workflows/validate"})
 
@@ -148,9 +152,16 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
     while not (analyses := (await api.ok("GET", "/v1/analyses"))["data"]):
         assert time.monotonic() < deadline, "the analysis did not run"
         await asyncio.sleep(0.1)
+    document = await api.ok("POST", "/v1/documents", 201, json={
+        "title": f"doc-{tag}", "text": f"# Handbook {tag}\n\nThe word {tag} is ours."})
+    # What the walk searches for: a word of the document's only (the tag's hex part), since
+    # the searcher's own query log shows its query; the whole tag stays a mark of ours.
+    word = tag.split("-")[1]
+    found = await api.ok("GET", "/v1/knowledge/search", params={"q": word})
+    assert found["data"][0]["document_id"] == document["id"], found
     tenant.ids = {
-        "action_id": approval["id"], "org_id": tenant.org_id, "setup_id": setup["id"],
-        "thread_id": thread["id"],
+        "action_id": approval["id"], "document_id": document["id"], "q": word,
+        "org_id": tenant.org_id, "setup_id": setup["id"], "thread_id": thread["id"],
         "turn_id": end["turn_id"], "key_id": viewer["id"], "name": f"secret-{tag}",
         "parent_id": thread["id"], "server_id": server["id"], "call_id": str(calls[0]["id"]),
         "endpoint_id": endpoint["id"], "delivery_id": deliveries[0]["id"],
@@ -160,7 +171,8 @@ async def populate(tenant: Tenant, deployment: Deployment, replica: Replica) -> 
         "kind_name": kind_name, "analysis_id": analyses[0]["id"],
     }
     # A call id is a small integer, found in any response: it is no mark of the tenant.
-    tenant.marks = {*(v for k, v in tenant.ids.items() if k not in ("call_id", "version")), tag,
+    tenant.marks = {*(v for k, v in tenant.ids.items() if k not in ("call_id", "version", "q")),
+                    tag,
                     viewer["user_id"], viewer["prefix"]}
 
 
@@ -239,6 +251,8 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
         ("post", "/v1/runs/{run_id}/pause"): {"reason": "from another org"},
         ("post", "/v1/runs/{run_id}/resume"): {"reason": "from another org"},
         ("post", "/v1/runs/{run_id}/cancel"): {"reason": "from another org"},
+        ("post", "/v1/documents"): {"title": "made-by-a-tenant", "text": "from outside"},
+        ("post", "/v1/documents/{document_id}/versions"): {"text": "from another org"},
         ("post", "/v1/webhooks/endpoints/{endpoint_id}/replay"): {
             "since": "2000-01-01T00:00:00Z", "until": "2100-01-01T00:00:00Z"},
         ("post", "/v1/approvals/{action_id}/decision"): {"decision": "deny",
@@ -275,7 +289,7 @@ def nobody() -> dict[str, str]:
             "workflow_id": str(uuid.uuid4()), "version": "1", "run_id": str(uuid.uuid4()),
             "step_id": str(uuid.uuid4()), "schedule_id": str(uuid.uuid4()),
             "action_id": str(uuid.uuid4()), "kind_name": f"no_such_{uuid.uuid4().hex[:8]}",
-            "analysis_id": str(uuid.uuid4())}
+            "analysis_id": str(uuid.uuid4()), "document_id": str(uuid.uuid4())}
 
 
 def leaks(text: str, tenant: Tenant) -> set[str]:
@@ -315,6 +329,10 @@ async def snapshot(tenant: Tenant) -> dict[str, Any]:
         "analyses": await api.ok("GET", "/v1/analyses"),
         "analysis_kinds": await api.ok("GET", "/v1/analyses/kinds"),
         "analysis_stats": await api.ok("GET", "/v1/analyses/stats"),
+        "documents": await api.ok("GET", "/v1/documents"),
+        "document": await api.ok("GET", f"/v1/documents/{ids['document_id']}"),
+        "unanswered": await api.ok("GET", "/v1/knowledge/queries",
+                                   params={"answered": "false"}),
     }
 
 
@@ -367,7 +385,8 @@ async def test_routes_without_path_parameters_show_only_the_callers_org(
         if method == "get":
             # Filter by each of their ids the route accepts as a query parameter, too.
             filters = [p["name"] for p in op.get("parameters", []) if p["name"] in them.ids]
-            for params in [{}, *({name: them.ids[name]} for name in filters)]:
+            plain: list[dict[str, str]] = [] if path in NEEDS_QUERY else [{}]
+            for params in [*plain, *({name: them.ids[name]} for name in filters)]:
                 response = await us.admin.request("GET", path, params=params)
                 assert response.status_code == 200, (path, params, response.text)
                 assert not leaks(response.text, them), (path, params)

@@ -1,7 +1,7 @@
 // The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
 // threads, chat (with the inspector, instructions and the subagent tree), workflow runs (drawn
-// live as a graph), approvals, usage, analyses, setups, secrets, keys, the org policy and
-// webhooks (outbound and inbound). Live state arrives over one socket.
+// live as a graph), approvals, usage, analyses, setups, secrets, keys, the org's documents, the
+// org policy and webhooks (outbound and inbound). Live state arrives over one socket.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, explain, setCsrf, type Who } from "./api";
@@ -20,6 +20,7 @@ import { RunView, Runs } from "./screens/runs";
 import { Approvals } from "./screens/approvals";
 import { Webhooks } from "./screens/webhooks";
 import { InboundHooks } from "./screens/inbound";
+import { Documents } from "./screens/documents";
 import "./screens/inspector"; // registers the footer action
 import "./screens/tree"; // registers the thread tab
 import "./style.css";
@@ -101,6 +102,7 @@ function App() {
   else if (path.startsWith("/approvals")) screen = <Approvals live={live} who={who} />;
   else if (path.startsWith("/webhooks/inbound")) screen = <InboundHooks who={who} />;
   else if (path.startsWith("/webhooks")) screen = <Webhooks who={who} />;
+  else if (path.startsWith("/documents")) screen = <Documents who={who} />;
   else screen = <Threads live={live} who={who} />;
 
   const nav = (to: string, label: string) => (
@@ -120,6 +122,7 @@ function App() {
           {nav("/setups", "Setups")}
           {who.role === "admin" && nav("/secrets", "Secrets")}
           {who.role === "admin" && nav("/keys", "API keys")}
+          {nav("/documents", "Documents")}
           {nav("/policy", "Policy")}
           {nav("/webhooks", "Webhooks")}
         </nav>

@@ -23,6 +23,7 @@ from ator.api import (
     approvals,
     calls,
     catalog,
+    documents,
     instructions,
     keys,
     mcp_servers,
@@ -115,7 +116,7 @@ def create_app(
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
                    mcp_servers, instructions, calls, catalog, webhooks, workflows, schedules,
-                   approvals, analyses):
+                   approvals, analyses, documents):
         app.include_router(module.router)
     # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
     mcp_gateway = McpGateway(settings)

@@ -1,9 +1,10 @@
 """`ator doctor`: is this installation ready, and what is missing (layer: cli; imports
-settings, store.database, coord, security, net, providers, cli.*).
+settings, store.database, coord, security, net, providers, knowledge, cli.*).
 
 Checks without changing anything (it does not migrate): the database answers and its schema
 is at the head migration (required), the coordinator answers (required when ATOR_REDIS_URL is
-set), the master key source, the open-file limit, and which providers are usable
+set), whether knowledge search has vectors (pgvector), the master key source, the
+open-file limit, and which providers are usable
 (optional). Each row says how to fix what is missing; the exit code is 1 when a required
 check fails.
 """
@@ -26,6 +27,7 @@ from ator.cli.openfiles import plan_files
 from ator.cli.render import console
 from ator.coord import coordinator_from_url
 from ator.errors import AtorError
+from ator.knowledge import VectorState, vector_support
 from ator.net.egress import Egress
 from ator.net.guard import origin
 from ator.providers.cli.resolve import CLIS, describe
@@ -104,6 +106,7 @@ async def _database(settings: Settings) -> list[Check]:
         async with asyncio.timeout(_TIMEOUT):
             version = await server_version(db)
             current = await applied_migrations(db)
+            vectors = await vector_support(db)
     # A report, not a crash: whatever stops the connection is what the user must see.
     except Exception as exc:
         fix = ("check ATOR_DATABASE_URL and that the server accepts connections"
@@ -133,7 +136,28 @@ async def _database(settings: Settings) -> list[Check]:
         checks.append(Check("migrations", "fail",
                             f"at {', '.join(sorted(current))}, head is {', '.join(sorted(heads))}",
                             required=True, fix="run `ator migrate`"))
+    checks.append(_vector_check(settings, vectors))
     return checks
+
+
+def _vector_check(settings: Settings, state: VectorState) -> Check:
+    """Knowledge search: hybrid with pgvector, BM25 alone without it."""
+    if settings.knowledge_embedder == "none":
+        return Check("vector search", "info", "off (ATOR_KNOWLEDGE_EMBEDDER=none): knowledge "
+                     "search is BM25 alone")
+    if state.tables:
+        return Check("vector search", "ok", f"pgvector {state.version}: knowledge search is "
+                     f"BM25 + vectors ({settings.knowledge_embedder})")
+    if state.available:
+        return Check("vector search", "missing", "pgvector is available on this server but "
+                     "not installed for ator: knowledge search is BM25 alone",
+                     fix="the vector tables are made by ator's first migration of a database "
+                     "where CREATE EXTENSION vector succeeds: have a superuser create it in a "
+                     "new database before ator migrates it, or use the embedded server")
+    return Check("vector search", "missing", "this PostgreSQL has no pgvector extension: "
+                 "knowledge search is BM25 alone",
+                 fix="install pgvector (0.8 or later, for iterative index scans) on the "
+                 "server, or run ator on its embedded PostgreSQL (no ATOR_DATABASE_URL)")
 
 
 async def _coordinator(settings: Settings) -> Check:

@@ -1,6 +1,6 @@
 """The composition root: the engine assembled from its extensions (layer: engine; imports
-agent.extension, analyses.extension, engine.*, subagents.extension, webhooks.extension,
-tools).
+agent.extension, analyses.extension, engine.*, knowledge.extension, subagents.extension,
+webhooks.extension, tools).
 
     kernel (db, coordinator, settings, prices, master key, wakes)
       └─ each extension, built from the kernel
@@ -43,6 +43,7 @@ from ator.engine.tool_calls import ToolCalls
 from ator.engine.turn import TurnRunner
 from ator.errors import ConfigError
 from ator.jobs import JobKinds, JobQueue, JobRunner, ModelWork, Schedules
+from ator.knowledge.extension import KnowledgeExtension
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
@@ -60,10 +61,10 @@ T = TypeVar("T")
 ExtensionFactory = Callable[[Kernel], Extension]
 
 #: What `Ator.open` builds the engine from unless told otherwise.
-DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, McpExtension,
-                                                   SubagentsExtension, WebhooksExtension,
-                                                   WorkflowsExtension, ApprovalsExtension,
-                                                   AnalysesExtension)
+DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, KnowledgeExtension,
+                                                   McpExtension, SubagentsExtension,
+                                                   WebhooksExtension, WorkflowsExtension,
+                                                   ApprovalsExtension, AnalysesExtension)
 
 
 class Services:
