@@ -241,6 +241,22 @@ class Settings(BaseSettings):
     job_keep_dead: float = Field(default=14 * 86_400.0, ge=0)
     schedule_interval: float = Field(default=1.0, gt=0)
 
+    # Retention (ator.retention): the operator's defaults for every org, in days, and the
+    # bounds an org's own policy must stay within. trash: deleted threads and archived
+    # setups are purged this long after; mailbox: consumed mailbox items; events: the event
+    # log and inspector records of threads idle this long (0: kept); runs: finished workflow
+    # runs. retention_cron (UTC) is when each org's purge runs; one statement removes at most
+    # retention_batch rows under retention_statement_timeout seconds.
+    retention_trash_days: int = Field(default=30, ge=1)
+    retention_mailbox_days: int = Field(default=7, ge=1)
+    retention_events_days: int = Field(default=0, ge=0)
+    retention_runs_days: int = Field(default=90, ge=1)
+    retention_min_days: int = Field(default=1, ge=1)
+    retention_max_days: int = Field(default=3650, ge=1)
+    retention_cron: str = "17 3 * * *"
+    retention_batch: int = Field(default=1000, ge=1, le=100_000)
+    retention_statement_timeout: float = Field(default=5.0, gt=0)
+
     # Webhooks (ator.webhooks). Outbound deliveries are retried after each of
     # webhook_retry_delays seconds (comma-separated; jitter ±10 %; a receiver's Retry-After
     # wins when longer), so attempts = len + 1; webhook_timeout per attempt;

@@ -26,6 +26,7 @@ from ator.api import (
     mcp_servers,
     ops,
     orgs,
+    retention,
     secrets,
     sessions,
     setups,
@@ -111,7 +112,7 @@ def create_app(
                            trusted_hosts=list(settings.trusted_proxies))
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
-                   mcp_servers, instructions, calls, catalog, webhooks, workflows):
+                   mcp_servers, instructions, calls, catalog, webhooks, workflows, retention):
         app.include_router(module.router)
     # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
     mcp_gateway = McpGateway(settings)

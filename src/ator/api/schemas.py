@@ -26,6 +26,7 @@ __all__ = [
     "MessageIn",
     "OrgIn",
     "OrgPatch",
+    "RetentionIn",
     "SecretIn",
     "SetupIn",
     "SetupPatch",
@@ -80,6 +81,16 @@ class OrgPatch(_Body):
 
     monthly_budget_usd: Decimal | None = _usd()
     budget_ceiling_usd: Decimal | None = _usd()
+
+
+class RetentionIn(_Body):
+    """An org's retention, in days per class (null: back to the operator's default; absent:
+    unchanged). The operator's bounds are checked by the runtime (`retention_out_of_bounds`)."""
+
+    trash_days: int | None = None
+    mailbox_days: int | None = None
+    events_days: int | None = Field(default=None, description="0: kept")
+    runs_days: int | None = None
 
 
 class TreeCapsIn(_Body):

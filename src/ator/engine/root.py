@@ -1,5 +1,5 @@
 """The composition root: the engine assembled from its extensions (layer: engine; imports
-agent.extension, engine.*, subagents.extension, webhooks.extension,
+agent.extension, engine.*, retention.extension, subagents.extension, webhooks.extension,
 tools).
 
     kernel (db, coordinator, settings, prices, master key, wakes)
@@ -42,6 +42,7 @@ from ator.engine.turn import TurnRunner
 from ator.errors import ConfigError
 from ator.jobs import JobKinds, JobQueue, JobRunner, Schedules
 from ator.providers.registry import ProviderRegistry
+from ator.retention.extension import RetentionExtension
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
 from ator.store.database import Database
@@ -60,7 +61,7 @@ ExtensionFactory = Callable[[Kernel], Extension]
 #: What `Ator.open` builds the engine from unless told otherwise.
 DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, McpExtension,
                                                    SubagentsExtension, WebhooksExtension,
-                                                   WorkflowsExtension)
+                                                   WorkflowsExtension, RetentionExtension)
 
 
 class Services:

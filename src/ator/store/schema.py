@@ -28,6 +28,7 @@ __all__ = [
     "orgs",
     "prompt_versions",
     "provider_sessions",
+    "purges",
     "schedules",
     "secrets",
     "sessions",
@@ -36,6 +37,7 @@ __all__ = [
     "tool_audit",
     "tool_results",
     "turns",
+    "usage_purged",
     "users",
     "workflow_attempts",
     "workflow_events",
@@ -185,11 +187,16 @@ threads = sa.Table(
     sa.Column("spawned_by", sa.Text, nullable=True),
     sa.Column("contract", JSONB, nullable=True),
     sa.Column("cancelled_at", sa.DateTime(timezone=True), nullable=True),
+    # Voice mode (migration 0022): the voice prompt layer on every turn of the thread.
+    sa.Column("voice", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Index("ix_threads_org_created", "org_id", sa.text("created_at DESC"), "id"),
     sa.Index("ix_threads_parent", "parent_id"),
     sa.Index("uq_threads_spawned_by", "parent_id", "spawned_by", unique=True,
              postgresql_where=sa.text("spawned_by IS NOT NULL")),
     sa.Index("ix_threads_root", "root_id", postgresql_where=sa.text("parent_id IS NOT NULL")),
+    # The trash, by age (retention: store/retention.py).
+    sa.Index("ix_threads_trash", "org_id", "deleted_at",
+             postgresql_where=sa.text("deleted_at IS NOT NULL")),
 )
 
 turns = sa.Table(
@@ -255,6 +262,8 @@ mailbox = sa.Table(
     # Set when a turn drains the item; NULL = pending.
     sa.Column("turn_id", UUID(as_uuid=True), nullable=True),
     _created(),
+    # W3C traceparent of the request that posted it (NULL when tracing is off).
+    sa.Column("traceparent", sa.Text, nullable=True),
     sa.UniqueConstraint("thread_id", "client_message_id", name="uq_mailbox_thread_client"),
     sa.Index(
         "ix_mailbox_pending",
@@ -262,6 +271,9 @@ mailbox = sa.Table(
         "created_at",
         postgresql_where=sa.text("turn_id IS NULL"),
     ),
+    # Consumed items by age (retention).
+    sa.Index("ix_mailbox_consumed", "org_id", "created_at",
+             postgresql_where=sa.text("turn_id IS NOT NULL")),
 )
 
 model_calls = sa.Table(
@@ -439,6 +451,8 @@ jobs = sa.Table(
     sa.Column("last_error", sa.Text, nullable=True),
     _created(),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    # W3C traceparent of whoever enqueued it (NULL when tracing is off).
+    sa.Column("traceparent", sa.Text, nullable=True),
     sa.CheckConstraint("state in ('queued','running','done','dead')", name="ck_jobs_state"),
     sa.Index("ix_jobs_ready", "kind", "org_id", sa.text("priority DESC"), "run_at", "id",
              postgresql_where=sa.text("state = 'queued'")),
@@ -702,4 +716,39 @@ workflow_events = sa.Table(
     sa.Column("data", JSONB, nullable=False),
     _created(),
     sa.PrimaryKeyConstraint("run_id", "seq"),
+)
+
+# Retention (ator.retention, store/retention.py; migration 0022). What a purged thread's
+# model calls billed, summed per hour (read beside model_calls by store/usage.py, so a purge
+# changes no total), and the audit of every purge: what went, under which cutoff, how many
+# rows of each table.
+usage_purged = sa.Table(
+    "usage_purged",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _org_hot(),
+    sa.Column("thread_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("setup_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("calls", sa.BigInteger, nullable=False),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_read_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_write_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cost_usd", sa.Numeric(18, 6), nullable=False),
+    sa.Column("all_priced", sa.Boolean, nullable=False),
+    sa.Index("ix_usage_purged_org_hour", "org_id", "hour"),
+)
+
+purges = sa.Table(
+    "purges",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _org(),
+    sa.Column("what", sa.Text, nullable=False),
+    sa.Column("subject_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("cutoff", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("rows", JSONB, nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.Index("ix_purges_org_at", "org_id", "at", "id"),
 )
