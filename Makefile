@@ -37,6 +37,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/engine_overhead.py
+	$(BIN)/python bench/tracing.py
 
 serve: install
 	$(BIN)/ator serve

@@ -222,6 +222,10 @@ class Settings(BaseSettings):
     # Logs: JSON when not on a terminal, unless forced.
     log_json: bool | None = None
     log_level: str = "INFO"
+    # Traces (ator.obs.tracing): OTLP/HTTP to this collector URL (e.g.
+    # http://collector:4318/v1/traces); none: tracing is off and costs nothing.
+    otel_endpoint: str | None = None
+    otel_service_name: str = "ator"
 
     # Jobs and schedules (ator.jobs). `ator worker` runs them; `ator serve` runs them too
     # unless run_jobs is false (or `--no-jobs`). job_concurrency: handlers at once per
