@@ -261,6 +261,18 @@ class Settings(BaseSettings):
     retention_batch: int = Field(default=1000, ge=1, le=100_000)
     retention_statement_timeout: float = Field(default=5.0, gt=0)
 
+    # Voice (ator.voice): a reply is spoken by an OpenAI-compatible speech API when
+    # speech_url is set (e.g. https://api.openai.com/v1; POST {speech_url}/audio/speech),
+    # through the egress guard, else by the local engine (Debian's espeak-ng). At most
+    # speech_max_chars of a reply are spoken.
+    speech_url: str | None = None
+    speech_api_key: SecretStr | None = None
+    speech_model: str = "gpt-4o-mini-tts"
+    speech_voice: str = "alloy"
+    speech_local_binary: str = "espeak-ng"
+    speech_local_voice: str = "en"
+    speech_max_chars: int = Field(default=4096, ge=1, le=100_000)
+
     # Webhooks (ator.webhooks). Outbound deliveries are retried after each of
     # webhook_retry_delays seconds (comma-separated; jitter ±10 %; a receiver's Retry-After
     # wins when longer), so attempts = len + 1; webhook_timeout per attempt;

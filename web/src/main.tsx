@@ -16,6 +16,7 @@ import { Secrets, Keys } from "./screens/admin";
 import { Policy } from "./screens/prompts";
 import "./screens/inspector"; // registers the footer action
 import "./screens/tree"; // registers the thread tab
+import "./screens/voice"; // registers the voice tab and the play action
 import "./style.css";
 
 function App() {

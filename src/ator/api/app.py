@@ -33,6 +33,7 @@ from ator.api import (
     sse,
     threads,
     tree_caps,
+    voice,
     webhooks,
     workflows,
 )
@@ -115,7 +116,8 @@ def create_app(
                            trusted_hosts=list(settings.trusted_proxies))
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
-                   mcp_servers, instructions, calls, catalog, webhooks, workflows, retention):
+                   mcp_servers, instructions, calls, catalog, webhooks, workflows, retention,
+                   voice):
         app.include_router(module.router)
     # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
     mcp_gateway = McpGateway(settings)

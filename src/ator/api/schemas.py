@@ -31,6 +31,7 @@ __all__ = [
     "SetupIn",
     "SetupPatch",
     "ThreadIn",
+    "VoiceIn",
     "WebhookEndpointIn",
     "WebhookInboundIn",
     "WebhookMappingIn",
@@ -91,6 +92,12 @@ class RetentionIn(_Body):
     mailbox_days: int | None = None
     events_days: int | None = Field(default=None, description="0: kept")
     runs_days: int | None = None
+
+
+class VoiceIn(_Body):
+    """A thread's voice mode: on adds the voice layer (short, spoken style) to its turns."""
+
+    enabled: bool
 
 
 class TreeCapsIn(_Body):

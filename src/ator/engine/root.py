@@ -1,6 +1,6 @@
 """The composition root: the engine assembled from its extensions (layer: engine; imports
-agent.extension, engine.*, retention.extension, subagents.extension, webhooks.extension,
-tools).
+agent.extension, engine.*, retention.extension, subagents.extension, voice.extension,
+webhooks.extension, tools).
 
     kernel (db, coordinator, settings, prices, master key, wakes)
       └─ each extension, built from the kernel
@@ -50,6 +50,7 @@ from ator.subagents.extension import SubagentsExtension
 from ator.tools.base import Tool
 from ator.tools.builtin import builtin_tools
 from ator.tools.toolset import OrgToolset, StaticToolset, Toolset
+from ator.voice.extension import VoiceExtension
 from ator.webhooks.extension import WebhooksExtension
 from ator.workflows.extension import WorkflowsExtension
 
@@ -61,7 +62,8 @@ ExtensionFactory = Callable[[Kernel], Extension]
 #: What `Ator.open` builds the engine from unless told otherwise.
 DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, McpExtension,
                                                    SubagentsExtension, WebhooksExtension,
-                                                   WorkflowsExtension, RetentionExtension)
+                                                   WorkflowsExtension, RetentionExtension,
+                                                   VoiceExtension)
 
 
 class Services:

@@ -221,7 +221,7 @@ class TurnRunner:
             persona_version=start.setup_version,
             instructions_version=start.instructions_version, policy=start.policy,
             policy_version=start.policy_version, policy_replace=start.policy_replace,
-            extras=extras,
+            voice=start.voice, extras=extras,
         )
 
     async def _drive(
