@@ -273,6 +273,11 @@ class Settings(BaseSettings):
     speech_local_voice: str = "en"
     speech_max_chars: int = Field(default=4096, ge=1, le=100_000)
 
+    # Single sign-on (ator.sso): a console session made by an SSO login lasts
+    # sso_session_ttl seconds; the console then refreshes it, which asks the identity
+    # provider again (a person it disabled is refused then).
+    sso_session_ttl: float = Field(default=900.0, gt=0)
+
     # Webhooks (ator.webhooks). Outbound deliveries are retried after each of
     # webhook_retry_delays seconds (comma-separated; jitter ±10 %; a receiver's Retry-After
     # wins when longer), so attempts = len + 1; webhook_timeout per attempt;

@@ -31,6 +31,7 @@ from ator.api import (
     sessions,
     setups,
     sse,
+    sso,
     threads,
     tree_caps,
     voice,
@@ -117,7 +118,7 @@ def create_app(
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
                    mcp_servers, instructions, calls, catalog, webhooks, workflows, retention,
-                   voice):
+                   voice, sso):
         app.include_router(module.router)
     # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
     mcp_gateway = McpGateway(settings)

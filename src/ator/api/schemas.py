@@ -30,6 +30,7 @@ __all__ = [
     "SecretIn",
     "SetupIn",
     "SetupPatch",
+    "SsoIn",
     "ThreadIn",
     "VoiceIn",
     "WebhookEndpointIn",
@@ -92,6 +93,24 @@ class RetentionIn(_Body):
     mailbox_days: int | None = None
     events_days: int | None = Field(default=None, description="0: kept")
     runs_days: int | None = None
+
+
+class SsoIn(_Body):
+    """An org's OpenID Connect client for console sign-in."""
+
+    issuer: str = Field(min_length=8, max_length=500,
+                        description="the IdP's issuer URL, exactly as its tokens name it")
+    client_id: str = Field(min_length=1, max_length=500)
+    client_secret: str | None = Field(default=None, max_length=2000,
+                                      description="stored encrypted; never shown again")
+    email_domain: str | None = Field(default=None, max_length=253,
+                                     description="only emails in this domain may sign in")
+    email_claim: str = Field(default="email", min_length=1, max_length=100)
+    role_claim: str | None = Field(default=None, max_length=100,
+                                   description="the claim whose values map to roles")
+    role_map: dict[str, Role] = Field(default_factory=dict, max_length=100,
+                                      description="claim value -> admin | member | viewer")
+    default_role: Role = "member"
 
 
 class VoiceIn(_Body):

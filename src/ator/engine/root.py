@@ -1,6 +1,6 @@
 """The composition root: the engine assembled from its extensions (layer: engine; imports
-agent.extension, engine.*, retention.extension, subagents.extension, voice.extension,
-webhooks.extension, tools).
+agent.extension, engine.*, retention.extension, sso.extension, subagents.extension,
+voice.extension, webhooks.extension, tools).
 
     kernel (db, coordinator, settings, prices, master key, wakes)
       └─ each extension, built from the kernel
@@ -45,6 +45,7 @@ from ator.providers.registry import ProviderRegistry
 from ator.retention.extension import RetentionExtension
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
+from ator.sso.extension import SsoExtension
 from ator.store.database import Database
 from ator.subagents.extension import SubagentsExtension
 from ator.tools.base import Tool
@@ -63,7 +64,7 @@ ExtensionFactory = Callable[[Kernel], Extension]
 DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, McpExtension,
                                                    SubagentsExtension, WebhooksExtension,
                                                    WorkflowsExtension, RetentionExtension,
-                                                   VoiceExtension)
+                                                   VoiceExtension, SsoExtension)
 
 
 class Services:

@@ -1,6 +1,7 @@
 """Run it for years: the money of purged threads (`usage_purged`), the purge audit
 (`purges`), an index for consumed mailbox items by age, the trace context carried by jobs
-and mailbox items, and a thread's voice mode.
+and mailbox items, a thread's voice mode, and single sign-on (an org's OIDC client, logins
+in flight, the grants behind SSO sessions).
 
 Revision ID: 0022
 Revises: 0014
@@ -59,9 +60,53 @@ def upgrade() -> None:
     op.add_column("mailbox", sa.Column("traceparent", sa.Text, nullable=True))
     op.add_column("threads", sa.Column("voice", sa.Boolean, nullable=False,
                                        server_default=sa.false()))
+    op.create_table(
+        "sso_configs",
+        sa.Column("org_id", UUID(as_uuid=True), sa.ForeignKey("orgs.id", ondelete="CASCADE"),
+                  primary_key=True),
+        sa.Column("issuer", sa.Text, nullable=False),
+        sa.Column("client_id", sa.Text, nullable=False),
+        sa.Column("secret_nonce", sa.LargeBinary, nullable=True),
+        sa.Column("secret_ct", sa.LargeBinary, nullable=True),
+        sa.Column("email_domain", sa.Text, nullable=True),
+        sa.Column("email_claim", sa.Text, nullable=False, server_default="email"),
+        sa.Column("role_claim", sa.Text, nullable=True),
+        sa.Column("role_map", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+        sa.Column("default_role", sa.Text, nullable=False, server_default="member"),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False,
+                  server_default=sa.text("now()")),
+        sa.CheckConstraint("default_role in ('admin','member','viewer')",
+                           name="ck_sso_configs_role"),
+    )
+    op.create_table(
+        "sso_logins",
+        sa.Column("state_hash", sa.Text, primary_key=True),
+        sa.Column("org_id", UUID(as_uuid=True), sa.ForeignKey("orgs.id", ondelete="CASCADE"),
+                  nullable=False),
+        sa.Column("verifier", sa.Text, nullable=False),
+        sa.Column("nonce", sa.Text, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False,
+                  server_default=sa.text("now()")),
+        sa.Column("used_at", sa.DateTime(timezone=True), nullable=True),
+    )
+    op.create_table(
+        "sso_grants",
+        sa.Column("key_id", UUID(as_uuid=True),
+                  sa.ForeignKey("api_keys.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("org_id", UUID(as_uuid=True), sa.ForeignKey("orgs.id", ondelete="CASCADE"),
+                  nullable=False),
+        sa.Column("subject", sa.Text, nullable=False),
+        sa.Column("refresh_nonce", sa.LargeBinary, nullable=True),
+        sa.Column("refresh_ct", sa.LargeBinary, nullable=True),
+        sa.Column("refreshed_at", sa.DateTime(timezone=True), nullable=False,
+                  server_default=sa.text("now()")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("sso_grants")
+    op.drop_table("sso_logins")
+    op.drop_table("sso_configs")
     op.drop_column("threads", "voice")
     op.drop_column("mailbox", "traceparent")
     op.drop_column("jobs", "traceparent")
