@@ -48,6 +48,7 @@ real-cli: $(REAL_CLI)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/engine_overhead.py
+	$(BIN)/python bench/tracing.py
 
 serve: install
 	$(BIN)/ator serve

@@ -230,6 +230,10 @@ class Settings(BaseSettings):
     # Logs: JSON when not on a terminal, unless forced.
     log_json: bool | None = None
     log_level: str = "INFO"
+    # Traces (ator.obs.tracing): OTLP/HTTP to this collector URL (e.g.
+    # http://collector:4318/v1/traces); none: tracing is off and costs nothing.
+    otel_endpoint: str | None = None
+    otel_service_name: str = "ator"
 
     # Jobs and schedules (ator.jobs). `ator worker` runs them; `ator serve` runs them too
     # unless run_jobs is false (or `--no-jobs`). job_concurrency: handlers at once per
@@ -248,6 +252,39 @@ class Settings(BaseSettings):
     job_keep_done: float = Field(default=86_400.0, ge=0)
     job_keep_dead: float = Field(default=14 * 86_400.0, ge=0)
     schedule_interval: float = Field(default=1.0, gt=0)
+
+    # Retention (ator.retention): the operator's defaults for every org, in days, and the
+    # bounds an org's own policy must stay within. trash: deleted threads and archived
+    # setups are purged this long after; mailbox: consumed mailbox items; events: the event
+    # log and inspector records of threads idle this long (0: kept); runs: finished workflow
+    # runs. retention_cron (UTC) is when each org's purge runs; one statement removes at most
+    # retention_batch rows under retention_statement_timeout seconds.
+    retention_trash_days: int = Field(default=30, ge=1)
+    retention_mailbox_days: int = Field(default=7, ge=1)
+    retention_events_days: int = Field(default=0, ge=0)
+    retention_runs_days: int = Field(default=90, ge=1)
+    retention_min_days: int = Field(default=1, ge=1)
+    retention_max_days: int = Field(default=3650, ge=1)
+    retention_cron: str = "17 3 * * *"
+    retention_batch: int = Field(default=1000, ge=1, le=100_000)
+    retention_statement_timeout: float = Field(default=5.0, gt=0)
+
+    # Voice (ator.voice): a reply is spoken by an OpenAI-compatible speech API when
+    # speech_url is set (e.g. https://api.openai.com/v1; POST {speech_url}/audio/speech),
+    # through the egress guard, else by the local engine (Debian's espeak-ng). At most
+    # speech_max_chars of a reply are spoken.
+    speech_url: str | None = None
+    speech_api_key: SecretStr | None = None
+    speech_model: str = "gpt-4o-mini-tts"
+    speech_voice: str = "alloy"
+    speech_local_binary: str = "espeak-ng"
+    speech_local_voice: str = "en"
+    speech_max_chars: int = Field(default=4096, ge=1, le=100_000)
+
+    # Single sign-on (ator.sso): a console session made by an SSO login lasts
+    # sso_session_ttl seconds; the console then refreshes it, which asks the identity
+    # provider again (a person it disabled is refused then).
+    sso_session_ttl: float = Field(default=900.0, gt=0)
 
     # Webhooks (ator.webhooks). Outbound deliveries are retried after each of
     # webhook_retry_delays seconds (comma-separated; jitter ±10 %; a receiver's Retry-After

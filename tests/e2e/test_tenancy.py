@@ -44,7 +44,9 @@ CALLER_SCOPED = {("put", "/v1/secrets/{name}"),
                  ("put", "/v1/analyses/kinds/{kind_name}")}
 # Where outside systems send webhooks: no caller org at all (the endpoint's own signature
 # authenticates the sender; tests/test_webhooks_api.py), so neither walk applies.
-UNAUTHENTICATED = {("post", "/v1/hooks/{inbound_id}"), ("post", "/v1/hooks/{inbound_id}/{token}")}
+# The single sign-on redirects: a browser not yet signed in starts there (tests/test_sso.py).
+UNAUTHENTICATED = {("post", "/v1/hooks/{inbound_id}"), ("post", "/v1/hooks/{inbound_id}/{token}"),
+                   ("get", "/v1/sso/{org_id}/login"), ("get", "/v1/sso/callback")}
 # The operator's admins manage every org: the org record and its keys, nothing inside it.
 OPERATOR_MAY = {("get", "/v1/orgs/{org_id}"), ("patch", "/v1/orgs/{org_id}"),
                 ("post", "/v1/orgs/{org_id}/api-keys"), ("put", "/v1/orgs/{org_id}/tree-caps")}
@@ -234,6 +236,9 @@ def body_for(method: str, path: str, op: dict[str, Any], victim: Tenant,
                                       "url": "https://made.example/mcp"},
         ("patch", "/v1/mcp-servers/{server_id}"): {"enabled": False},
         ("put", "/v1/org/policy"): {"text": "policy-from-outside"},
+        ("put", "/v1/org/retention"): {"trash_days": 3},
+        ("put", "/v1/threads/{thread_id}/voice"): {"enabled": True},
+        ("put", "/v1/org/sso"): {"issuer": "https://idp.example", "client_id": "made"},
         ("put", "/v1/threads/{thread_id}/instructions"): {"text": "from another org"},
         ("post", "/v1/webhooks/endpoints"): {"url": "https://made.example/hook"},
         ("post", "/v1/webhooks/inbound"): {"name": "made-by-a-tenant", "mapping": {
@@ -318,6 +323,8 @@ async def snapshot(tenant: Tenant) -> dict[str, Any]:
         "mcp_servers": await api.ok("GET", "/v1/mcp-servers"),
         "usage": await api.ok("GET", "/v1/usage", params={"group_by": "thread"}),
         "policy": await api.ok("GET", "/v1/org/policy"),
+        "retention": await api.ok("GET", "/v1/org/retention"),
+        "sso": await api.ok("GET", "/v1/org/sso"),
         "instructions": await api.ok("GET", f"/v1/threads/{ids['thread_id']}/instructions"),
         "calls": await api.ok("GET", f"/v1/turns/{ids['turn_id']}/calls"),
         "webhooks": await api.ok("GET", "/v1/webhooks/endpoints"),
@@ -380,7 +387,8 @@ async def test_routes_without_path_parameters_show_only_the_callers_org(
     them, us = world.tenant(victim), world.tenant(attacker)
     before = await snapshot(them)
     for method, path, op in world.routes:
-        if path_params(op) or not path.startswith("/v1/") or path.startswith(OWN_SESSION):
+        if path_params(op) or not path.startswith("/v1/") or path.startswith(OWN_SESSION) \
+                or (method, path) in UNAUTHENTICATED:
             continue
         if method == "get":
             # Filter by each of their ids the route accepts as a query parameter, too.

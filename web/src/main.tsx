@@ -23,6 +23,7 @@ import { InboundHooks } from "./screens/inbound";
 import { Documents } from "./screens/documents";
 import "./screens/inspector"; // registers the footer action
 import "./screens/tree"; // registers the thread tab
+import "./screens/voice"; // registers the voice tab and the play action
 import "./style.css";
 
 function App() {

@@ -45,6 +45,7 @@ from ator.agent.state import PartialCall, TurnContext, TurnState
 from ator.agent.system_prompt import build_system, prompt_layers
 from ator.cost.prices import Priced, PriceTable
 from ator.errors import ProviderError
+from ator.obs import tracing
 from ator.providers.base import (
     Block,
     Keepalive,
@@ -174,8 +175,21 @@ async def run_loop(
         state.request_meta.update(describe(request, state.request_meta.pop("layers", layers)))
         try:
             state.partial = PartialCall(state.steps + 1)
-            reply = await call_model(provider, request, turn, prices, sink.on_delta,
-                                     state.partial)
+            with tracing.span(f"chat {turn.model}", {
+                    "gen_ai.operation.name": "chat", "gen_ai.provider.name": turn.provider,
+                    "gen_ai.request.model": turn.model, "ator.step": state.steps + 1,
+                    "gen_ai.request.max_tokens": caps.max_output_tokens},
+                    kind="client") as span:
+                reply = await call_model(provider, request, turn, prices, sink.on_delta,
+                                         state.partial)
+                span.set_attributes({
+                    "gen_ai.usage.input_tokens": reply.usage.input_tokens,
+                    "gen_ai.usage.output_tokens": reply.usage.output_tokens,
+                    "gen_ai.usage.cache_read.input_tokens": reply.usage.cache_read_tokens,
+                    "gen_ai.usage.cache_creation.input_tokens": reply.usage.cache_write_tokens,
+                    "gen_ai.response.finish_reasons": (reply.stop_reason,),
+                    "ator.cost_usd": float(reply.priced.usd),
+                    "ator.priced": reply.priced.priced})
         except TimeoutError:
             return Outcome("stalled", f"no provider event for {caps.stall_timeout:g}s")
         except ProviderError as exc:

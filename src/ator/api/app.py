@@ -29,13 +29,16 @@ from ator.api import (
     mcp_servers,
     ops,
     orgs,
+    retention,
     schedules,
     secrets,
     sessions,
     setups,
     sse,
+    sso,
     threads,
     tree_caps,
+    voice,
     webhooks,
     workflows,
 )
@@ -44,10 +47,11 @@ from ator.api.gateway_calls import router as gateway_calls
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
 from ator.api.responses import JsonResponse
+from ator.api.tracing import TraceRequests
 from ator.engine.access import Access
 from ator.engine.runtime import Ator
 from ator.gateway import McpGateway
-from ator.obs import gctune
+from ator.obs import gctune, tracing
 from ator.obs.logging import configure_logging
 from ator.providers.base import Provider
 from ator.realtime import SocketRoute, SocketServer
@@ -105,6 +109,8 @@ def create_app(
     app.state.sockets = sockets
     app.add_middleware(SocketRoute, server=sockets)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if tracing.enabled():  # off: not even a middleware frame per request
+        app.add_middleware(TraceRequests)
     if settings.trusted_proxies:
         # Outermost, so every route and the socket gateway see the client the operator's
         # proxies name. Only their X-Forwarded-* count; uvicorn's own reading of them is
@@ -116,7 +122,7 @@ def create_app(
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
                    mcp_servers, instructions, calls, catalog, webhooks, workflows, schedules,
-                   approvals, analyses, documents):
+                   approvals, analyses, documents, retention, voice, sso):
         app.include_router(module.router)
     # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
     mcp_gateway = McpGateway(settings)
@@ -133,4 +139,5 @@ def worker_app() -> FastAPI:
     environment, logging configured in this process too."""
     settings = Settings()
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
+    tracing.configure_from(settings)
     return create_app(settings)

@@ -40,10 +40,13 @@ __all__ = [
     "MessageIn",
     "OrgIn",
     "OrgPatch",
+    "RetentionIn",
     "SecretIn",
     "SetupIn",
     "SetupPatch",
+    "SsoIn",
     "ThreadIn",
+    "VoiceIn",
     "WebhookEndpointIn",
     "WebhookEndpointPatch",
     "WebhookInboundIn",
@@ -95,6 +98,40 @@ class OrgPatch(_Body):
 
     monthly_budget_usd: Decimal | None = _usd()
     budget_ceiling_usd: Decimal | None = _usd()
+
+
+class RetentionIn(_Body):
+    """An org's retention, in days per class (null: back to the operator's default; absent:
+    unchanged). The operator's bounds are checked by the runtime (`retention_out_of_bounds`)."""
+
+    trash_days: int | None = None
+    mailbox_days: int | None = None
+    events_days: int | None = Field(default=None, description="0: kept")
+    runs_days: int | None = None
+
+
+class SsoIn(_Body):
+    """An org's OpenID Connect client for console sign-in."""
+
+    issuer: str = Field(min_length=8, max_length=500,
+                        description="the IdP's issuer URL, exactly as its tokens name it")
+    client_id: str = Field(min_length=1, max_length=500)
+    client_secret: str | None = Field(default=None, max_length=2000,
+                                      description="stored encrypted; never shown again")
+    email_domain: str | None = Field(default=None, max_length=253,
+                                     description="only emails in this domain may sign in")
+    email_claim: str = Field(default="email", min_length=1, max_length=100)
+    role_claim: str | None = Field(default=None, max_length=100,
+                                   description="the claim whose values map to roles")
+    role_map: dict[str, Role] = Field(default_factory=dict, max_length=100,
+                                      description="claim value -> admin | member | viewer")
+    default_role: Role = "member"
+
+
+class VoiceIn(_Body):
+    """A thread's voice mode: on adds the voice layer (short, spoken style) to its turns."""
+
+    enabled: bool
 
 
 class TreeCapsIn(_Body):

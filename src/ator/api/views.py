@@ -50,7 +50,7 @@ def thread(t: Thread, *, busy: bool | None = None) -> dict[str, Any]:
         "id": str(t.id), "setup_id": str(t.setup_id), "title": t.title,
         "instructions": t.instructions, "metadata": t.metadata, "last_seq": t.last_seq,
         "parent_id": str(t.parent_id) if t.parent_id else None, "depth": t.depth,
-        "created_at": t.created_at.isoformat(),
+        "created_at": t.created_at.isoformat(), "voice": t.voice,
     }
     if busy is not None:
         out["busy"] = busy

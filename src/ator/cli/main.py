@@ -21,6 +21,7 @@ from ator.cli.tree import tree
 from ator.cli.webhooks import webhooks_app
 from ator.cli.worker import worker
 from ator.cli.workflow import workflow_app
+from ator.obs import tracing
 from ator.obs.logging import configure_logging
 from ator.settings import Settings
 
@@ -62,6 +63,7 @@ def serve(
         os.environ["ATOR_RUN_JOBS"] = "false"
     settings = Settings()
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
+    tracing.configure_from(settings)
     run_server(settings, host=host or settings.host, port=port or settings.port,
                workers=workers)
 

@@ -14,6 +14,7 @@ import signal
 
 import typer
 
+from ator.obs import tracing
 from ator.obs.logging import configure_logging, get_logger
 from ator.settings import Settings
 
@@ -26,6 +27,7 @@ def worker() -> None:
     """Run jobs, schedules and the reaper (no HTTP). Stops cleanly on SIGTERM / SIGINT."""
     settings = Settings()
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
+    tracing.configure_from(settings)
     asyncio.run(_work(settings))
 
 

@@ -1,6 +1,6 @@
 """The composition root: the engine assembled from its extensions (layer: engine; imports
-agent.extension, analyses.extension, engine.*, knowledge.extension, subagents.extension,
-webhooks.extension, tools).
+agent.extension, analyses.extension, engine.*, knowledge.extension, retention.extension,
+sso.extension, subagents.extension, voice.extension, webhooks.extension, tools).
 
     kernel (db, coordinator, settings, prices, master key, wakes)
       └─ each extension, built from the kernel
@@ -45,13 +45,16 @@ from ator.errors import ConfigError
 from ator.jobs import JobKinds, JobQueue, JobRunner, ModelWork, Schedules
 from ator.knowledge.extension import KnowledgeExtension
 from ator.providers.registry import ProviderRegistry
+from ator.retention.extension import RetentionExtension
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
+from ator.sso.extension import SsoExtension
 from ator.store.database import Database
 from ator.subagents.extension import SubagentsExtension
 from ator.tools.base import Tool
 from ator.tools.builtin import builtin_tools
 from ator.tools.toolset import OrgToolset, StaticToolset, Toolset
+from ator.voice.extension import VoiceExtension
 from ator.webhooks.extension import WebhooksExtension
 from ator.workflows.extension import WorkflowsExtension
 
@@ -64,7 +67,9 @@ ExtensionFactory = Callable[[Kernel], Extension]
 DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, KnowledgeExtension,
                                                    McpExtension, SubagentsExtension,
                                                    WebhooksExtension, WorkflowsExtension,
-                                                   ApprovalsExtension, AnalysesExtension)
+                                                   ApprovalsExtension, AnalysesExtension,
+                                                   RetentionExtension, VoiceExtension,
+                                                   SsoExtension)
 
 
 class Services:

@@ -20,6 +20,8 @@ flight streamed, persisted as an interrupted reply and billed at what it consume
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ from ator.engine.context_policy import ContextPolicy
 from ator.engine.publish import Publisher
 from ator.engine.steps import StepWriter, TurnLost
 from ator.errors import AtorError
+from ator.obs import tracing
 from ator.obs.logging import get_logger
 from ator.obs.metrics import Metrics
 from ator.providers.base import Usage
@@ -133,6 +136,8 @@ class TurnRunner:
         token_org = org_id_var.set(str(scope.org_id))
         token_turn = turn_id_var.set(str(turn_id))
         token_thread = thread_id_var.set(str(thread_id))
+        spans = contextlib.ExitStack()
+        began = time.time_ns()
         try:
             task = asyncio.current_task()
             assert task is not None
@@ -143,6 +148,13 @@ class TurnRunner:
             )
             if not started:
                 return False
+            # The turn continues the trace of the request that posted its first item (on
+            # whichever replica); it started when the drain did.
+            span = spans.enter_context(tracing.span("ator.turn", {
+                "ator.org_id": str(scope.org_id), "ator.thread_id": str(thread_id),
+                "ator.turn_id": str(turn_id), "ator.setup_id": str(start.setup_id),
+                "gen_ai.provider.name": start.provider, "gen_ai.request.model": start.model,
+            }, parent=start.traceparent, start_time=began))
             await self.publisher.events(scope, thread_id, started)
             extras = self._extras(start)
             frozen: FrozenConfig | AtorError
@@ -172,8 +184,15 @@ class TurnRunner:
             if not writer.finished:
                 interrupted = writer.interrupted_call(_partial_priced(self.prices, turn, state))
                 await asyncio.shield(writer.finish(stop, error, interrupted))
+            span.set_attributes({"ator.turn.stop_reason": stop, "ator.turn.steps": state.steps,
+                                 "gen_ai.usage.input_tokens": state.usage.input_tokens,
+                                 "gen_ai.usage.output_tokens": state.usage.output_tokens,
+                                 "ator.cost_usd": float(state.cost)})
+            if error is not None:
+                span.record_error(error[:200])
             return True
         finally:
+            spans.close()
             turn_id_var.reset(token_turn)
             thread_id_var.reset(token_thread)
             org_id_var.reset(token_org)
@@ -202,7 +221,7 @@ class TurnRunner:
             persona_version=start.setup_version,
             instructions_version=start.instructions_version, policy=start.policy,
             policy_version=start.policy_version, policy_replace=start.policy_replace,
-            extras=extras,
+            voice=start.voice, extras=extras,
         )
 
     async def _drive(

@@ -17,6 +17,7 @@ from typing import Any
 from ator.context import request_id_var
 from ator.errors import NotFound
 from ator.jobs.kinds import JobKinds
+from ator.obs import tracing
 from ator.store import jobs as job_store
 from ator.store.database import Connection, Database
 from ator.store.jobs import JobRow, NewJob
@@ -47,7 +48,8 @@ class JobQueue:
         spec = self.kinds.get(kind)
         job = NewJob(kind=kind, payload=payload or {}, max_attempts=spec.max_attempts,
                      priority=spec.priority if priority is None else priority, run_at=run_at,
-                     unique_key=unique_key, request_id=request_id or request_id_var.get())
+                     unique_key=unique_key, request_id=request_id or request_id_var.get(),
+                     traceparent=tracing.traceparent())
         return await job_store.enqueue(within or self.db, scope, job)
 
     async def enqueue_many(
@@ -60,7 +62,8 @@ class JobQueue:
         return await job_store.enqueue_many(within or self.db, scope, kind, payloads,
                                             max_attempts=spec.max_attempts,
                                             priority=spec.priority,
-                                            request_id=request_id_var.get())
+                                            request_id=request_id_var.get(),
+                                            traceparent=tracing.traceparent())
 
     async def get(self, scope: Scope, job_id: int) -> JobRow:
         """The job's state; another org's job is NotFound."""

@@ -25,6 +25,7 @@ from uuid import UUID
 
 from ator.context import org_id_var, request_id_var
 from ator.jobs.kinds import JobContext, JobKind, JobKinds, LeaseLost, Retry
+from ator.obs import tracing
 from ator.obs.logging import get_logger
 from ator.store import jobs as job_store
 from ator.store.database import Database
@@ -190,8 +191,14 @@ class Worker:
                          request_id=job.request_id, db=self.db, owner=self.owner,
                          schedule_id=job.schedule_id, tick=job.tick)
         try:
-            async with asyncio.timeout(kind.timeout):
-                await kind.handler(ctx, job.payload)
+            # A job continues the trace of whoever enqueued it (another process, often).
+            with tracing.span(f"job {job.kind}", {
+                    "ator.job.id": job.id, "ator.job.kind": job.kind,
+                    "ator.job.attempt": job.attempt, "ator.org_id": str(job.org_id),
+                    "ator.request_id": job.request_id},
+                    parent=job.traceparent, kind="consumer"):
+                async with asyncio.timeout(kind.timeout):
+                    await kind.handler(ctx, job.payload)
         except Retry as exc:
             await self._failed(job, exc.after, f"retry requested: {exc}")
         except TimeoutError:

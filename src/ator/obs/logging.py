@@ -20,6 +20,7 @@ from typing import Any
 
 from ator import jsonenc
 from ator.context import current_ids
+from ator.obs.tracing import log_ids
 from ator.security.redact import redact, scrub_urls
 
 __all__ = ["UrlCredentialFilter", "configure_logging", "get_logger"]
@@ -59,6 +60,7 @@ class _JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         out.update(current_ids())
+        out.update(log_ids())
         extra = {k: v for k, v in record.__dict__.items() if k not in _STD}
         out.update(redact(extra))
         if (exc := _exception_text(self, record)) is not None:
@@ -68,7 +70,7 @@ class _JsonFormatter(logging.Formatter):
 
 class _TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        ids = " ".join(f"{k}={v[:8]}" for k, v in current_ids().items())
+        ids = " ".join(f"{k}={v[:8]}" for k, v in {**current_ids(), **log_ids()}.items())
         extra = {k: v for k, v in record.__dict__.items() if k not in _STD}
         tail = " ".join(f"{k}={v}" for k, v in redact(extra).items())
         base = f"{record.levelname.lower():7} {record.name}: {record.getMessage()}"

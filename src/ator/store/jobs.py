@@ -73,6 +73,7 @@ class NewJob:
     request_id: str | None = None
     schedule_id: UUID | None = None
     tick: datetime | None = None
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class ClaimedJob:
     request_id: str | None
     schedule_id: UUID | None
     tick: datetime | None
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +107,9 @@ class JobRow:
 _ENQUEUE = sa.text(f"""
 WITH ins AS (
   INSERT INTO jobs (org_id, kind, payload, priority, run_at, max_attempts, unique_key,
-                    request_id, schedule_id, tick)
+                    request_id, schedule_id, tick, traceparent)
   VALUES (:org_id, :kind, CAST(:payload AS jsonb), :priority, COALESCE(:run_at, now()),
-          :max_attempts, :unique_key, :request_id, :schedule_id, :tick)
+          :max_attempts, :unique_key, :request_id, :schedule_id, :tick, :traceparent)
   ON CONFLICT (org_id, kind, unique_key) WHERE unique_key IS NOT NULL AND {_ACTIVE}
   DO NOTHING
   RETURNING id)
@@ -116,8 +118,9 @@ SELECT id, pg_notify('{CHANNEL}', '') FROM ins
 
 _ENQUEUE_MANY = sa.text(f"""
 WITH ins AS (
-  INSERT INTO jobs (org_id, kind, payload, priority, max_attempts, request_id)
-  SELECT :org_id, :kind, CAST(p AS jsonb), :priority, :max_attempts, :request_id
+  INSERT INTO jobs (org_id, kind, payload, priority, max_attempts, request_id, traceparent)
+  SELECT :org_id, :kind, CAST(p AS jsonb), :priority, :max_attempts, :request_id,
+         :traceparent
     FROM unnest(CAST(:payloads AS text[])) AS p
   RETURNING id)
 SELECT count(*) AS n, pg_notify('{CHANNEL}', '') FROM ins
@@ -173,7 +176,7 @@ UPDATE jobs SET state = 'running', attempt = jobs.attempt + 1, lease_owner = :ow
        lease_until = now() + make_interval(secs => :ttl)
   FROM picked WHERE jobs.id = picked.id
 RETURNING jobs.id, jobs.org_id, jobs.kind, jobs.payload, jobs.attempt, jobs.max_attempts,
-          jobs.request_id, jobs.schedule_id, jobs.tick
+          jobs.request_id, jobs.schedule_id, jobs.tick, jobs.traceparent
 """)
 
 _COMPLETE_MANY = sa.text("""
@@ -253,7 +256,7 @@ async def enqueue(target: Database | Connection, scope: Scope, job: NewJob) -> i
         "org_id": scope.org_id, "kind": job.kind, "payload": _dumps(job.payload),
         "priority": job.priority, "run_at": job.run_at, "max_attempts": job.max_attempts,
         "unique_key": job.unique_key, "request_id": job.request_id,
-        "schedule_id": job.schedule_id, "tick": job.tick,
+        "schedule_id": job.schedule_id, "tick": job.tick, "traceparent": job.traceparent,
     }
     if isinstance(target, Database):
         rows: Sequence[Any] = await target.fetch(_ENQUEUE, params, write=True)
@@ -265,12 +268,14 @@ async def enqueue(target: Database | Connection, scope: Scope, job: NewJob) -> i
 async def enqueue_many(
     target: Database | Connection, scope: Scope, kind: str, payloads: Sequence[dict[str, Any]],
     *, max_attempts: int, priority: int = 0, request_id: str | None = None,
+    traceparent: str | None = None,
 ) -> int:
     """Insert many jobs of one kind in one statement (on the pool, or on a caller's
     transaction); returns how many."""
     params = {
         "org_id": scope.org_id, "kind": kind, "payloads": [_dumps(p) for p in payloads],
         "priority": priority, "max_attempts": max_attempts, "request_id": request_id,
+        "traceparent": traceparent,
     }
     if isinstance(target, Database):
         rows: Sequence[Any] = await target.fetch(_ENQUEUE_MANY, params, write=True)
@@ -292,7 +297,8 @@ async def claim(
     else:
         rows = (await db.execute(_CLAIM, params)).all()
     return [ClaimedJob(r["id"], r["org_id"], r["kind"], r["payload"], r["attempt"],
-                       r["max_attempts"], r["request_id"], r["schedule_id"], r["tick"])
+                       r["max_attempts"], r["request_id"], r["schedule_id"], r["tick"],
+                       r["traceparent"])
             for r in rows]
 
 

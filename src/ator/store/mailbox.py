@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from ator import jsonenc
 from ator.errors import Conflict, NotFound
+from ator.obs import tracing
 from ator.store.database import Database, first
 from ator.store.records import MailboxItem
 from ator.store.schema import mailbox
@@ -29,8 +30,9 @@ __all__ = ["notify", "pending_notices", "pending_threads", "submit"]
 
 
 _SUBMIT = sa.text("""
-INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content, sender)
-SELECT :id, t.org_id, t.id, :cmid, :kind, CAST(:content AS jsonb), :sender
+INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content, sender,
+                     traceparent)
+SELECT :id, t.org_id, t.id, :cmid, :kind, CAST(:content AS jsonb), :sender, :traceparent
   FROM threads t
  WHERE t.id = :thread_id AND t.org_id = :org_id AND t.deleted_at IS NULL
 ON CONFLICT ON CONSTRAINT uq_mailbox_thread_client DO NOTHING
@@ -75,6 +77,8 @@ async def submit(
         "id": uuid.uuid4(), "org_id": scope.org_id, "thread_id": thread_id,
         "cmid": client_message_id, "kind": kind, "sender": scope.user_id,
         "content": jsonenc.dumps(content),
+        # The trace of the request posting it: the replica running the turn continues it.
+        "traceparent": tracing.traceparent(),
     }
     rows = await db.fetch(_SUBMIT, params, write=True)
     if rows:

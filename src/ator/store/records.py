@@ -71,6 +71,7 @@ class Thread:
     created_by: UUID | None
     deleted_at: datetime | None
     created_at: datetime
+    voice: bool = False  # voice mode: the voice prompt layer, replies spoken
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,15 +39,20 @@ __all__ = [
     "pending_actions",
     "prompt_versions",
     "provider_sessions",
+    "purges",
     "run_origins",
     "schedules",
     "secrets",
     "sessions",
     "setups",
+    "sso_configs",
+    "sso_grants",
+    "sso_logins",
     "threads",
     "tool_audit",
     "tool_results",
     "turns",
+    "usage_purged",
     "users",
     "work_reservations",
     "workflow_attempts",
@@ -198,11 +203,16 @@ threads = sa.Table(
     sa.Column("spawned_by", sa.Text, nullable=True),
     sa.Column("contract", JSONB, nullable=True),
     sa.Column("cancelled_at", sa.DateTime(timezone=True), nullable=True),
+    # Voice mode (migration 0022): the voice prompt layer on every turn of the thread.
+    sa.Column("voice", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Index("ix_threads_org_created", "org_id", sa.text("created_at DESC"), "id"),
     sa.Index("ix_threads_parent", "parent_id"),
     sa.Index("uq_threads_spawned_by", "parent_id", "spawned_by", unique=True,
              postgresql_where=sa.text("spawned_by IS NOT NULL")),
     sa.Index("ix_threads_root", "root_id", postgresql_where=sa.text("parent_id IS NOT NULL")),
+    # The trash, by age (retention: store/retention.py).
+    sa.Index("ix_threads_trash", "org_id", "deleted_at",
+             postgresql_where=sa.text("deleted_at IS NOT NULL")),
 )
 
 turns = sa.Table(
@@ -269,6 +279,8 @@ mailbox = sa.Table(
     # Set when a turn drains the item; NULL = pending.
     sa.Column("turn_id", UUID(as_uuid=True), nullable=True),
     _created(),
+    # W3C traceparent of the request that posted it (NULL when tracing is off).
+    sa.Column("traceparent", sa.Text, nullable=True),
     sa.UniqueConstraint("thread_id", "client_message_id", name="uq_mailbox_thread_client"),
     sa.Index(
         "ix_mailbox_pending",
@@ -276,6 +288,9 @@ mailbox = sa.Table(
         "created_at",
         postgresql_where=sa.text("turn_id IS NULL"),
     ),
+    # Consumed items by age (retention).
+    sa.Index("ix_mailbox_consumed", "org_id", "created_at",
+             postgresql_where=sa.text("turn_id IS NOT NULL")),
 )
 
 model_calls = sa.Table(
@@ -454,6 +469,8 @@ jobs = sa.Table(
     sa.Column("last_error", sa.Text, nullable=True),
     _created(),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    # W3C traceparent of whoever enqueued it (NULL when tracing is off).
+    sa.Column("traceparent", sa.Text, nullable=True),
     sa.CheckConstraint("state in ('queued','running','done','dead')", name="ck_jobs_state"),
     sa.Index("ix_jobs_ready", "kind", "org_id", sa.text("priority DESC"), "run_at", "id",
              postgresql_where=sa.text("state = 'queued'")),
@@ -954,3 +971,83 @@ knowledge_queries = sa.Table(
 #: Tables the knowledge migration makes only where the server has pgvector (their `vector`
 #: columns have no SQLAlchemy type here): not mirrored, and left out of the comparison.
 OPTIONAL_TABLES = frozenset({"knowledge_embeddings", "knowledge_vectors"})
+
+
+# Retention (ator.retention, store/retention.py; migration 0022). What a purged thread's
+# model calls billed, summed per hour (read beside model_calls by store/usage.py, so a purge
+# changes no total), and the audit of every purge: what went, under which cutoff, how many
+# rows of each table.
+usage_purged = sa.Table(
+    "usage_purged",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _org_hot(),
+    sa.Column("thread_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("setup_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("calls", sa.BigInteger, nullable=False),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_read_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_write_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cost_usd", sa.Numeric(18, 6), nullable=False),
+    sa.Column("all_priced", sa.Boolean, nullable=False),
+    sa.Index("ix_usage_purged_org_hour", "org_id", "hour"),
+)
+
+purges = sa.Table(
+    "purges",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _org(),
+    sa.Column("what", sa.Text, nullable=False),
+    sa.Column("subject_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("cutoff", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("rows", JSONB, nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.Index("ix_purges_org_at", "org_id", "at", "id"),
+)
+
+# Single sign-on (ator.sso, store/sso.py; migration 0022): an org's OIDC client (its secret
+# encrypted under the master key), the logins in flight (state hash, PKCE verifier, nonce;
+# used once), and the grant behind each SSO key (the refresh token, encrypted).
+sso_configs = sa.Table(
+    "sso_configs",
+    metadata,
+    sa.Column("org_id", UUID(as_uuid=True), sa.ForeignKey("orgs.id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("issuer", sa.Text, nullable=False),
+    sa.Column("client_id", sa.Text, nullable=False),
+    sa.Column("secret_nonce", sa.LargeBinary, nullable=True),
+    sa.Column("secret_ct", sa.LargeBinary, nullable=True),
+    sa.Column("email_domain", sa.Text, nullable=True),
+    sa.Column("email_claim", sa.Text, nullable=False, server_default="email"),
+    sa.Column("role_claim", sa.Text, nullable=True),
+    sa.Column("role_map", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("default_role", sa.Text, nullable=False, server_default="member"),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.CheckConstraint("default_role in ('admin','member','viewer')", name="ck_sso_configs_role"),
+)
+
+sso_logins = sa.Table(
+    "sso_logins",
+    metadata,
+    sa.Column("state_hash", sa.Text, primary_key=True),
+    _org(),
+    sa.Column("verifier", sa.Text, nullable=False),
+    sa.Column("nonce", sa.Text, nullable=False),
+    _created(),
+    sa.Column("used_at", sa.DateTime(timezone=True), nullable=True),
+)
+
+sso_grants = sa.Table(
+    "sso_grants",
+    metadata,
+    sa.Column("key_id", UUID(as_uuid=True), sa.ForeignKey("api_keys.id", ondelete="CASCADE"),
+              primary_key=True),
+    _org(),
+    sa.Column("subject", sa.Text, nullable=False),
+    sa.Column("refresh_nonce", sa.LargeBinary, nullable=True),
+    sa.Column("refresh_ct", sa.LargeBinary, nullable=True),
+    sa.Column("refreshed_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+)

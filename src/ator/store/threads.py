@@ -47,6 +47,7 @@ def _thread(row: Any) -> Thread:
         row.created_by,
         row.deleted_at,
         row.created_at,
+        row.voice,
     )
 
 

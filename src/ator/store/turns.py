@@ -71,7 +71,7 @@ WITH _ctx AS (
   SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
          {{columns}}t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
          s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,
-         t.instructions_version, o.policy, o.policy_version, o.policy_replace,
+         t.instructions_version, o.policy, o.policy_version, o.policy_replace, t.voice,
          (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
                                                        'data', e.data) ORDER BY e.seq), '[]')
             FROM events e
@@ -91,7 +91,7 @@ WITH _ctx AS (
                  ORDER BY created_at, id
                  FOR UPDATE SKIP LOCKED)
      AND EXISTS (SELECT 1 FROM _ctx)
-  RETURNING id, client_message_id, kind, content, sender, created_at
+  RETURNING id, client_message_id, kind, content, sender, created_at, traceparent
 ), _turn AS (
   -- The config snapshot is frozen from _ctx by the engine and written with the first step.
   INSERT INTO turns (id, org_id, thread_id, status, config_snapshot, config_hash, owner)
@@ -139,7 +139,9 @@ SELECT _ctx.*,
        (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data', data,
                                                      'created_at', created_at) ORDER BY seq),
                         '[]')
-          FROM _ev) AS events
+          FROM _ev) AS events,
+       (SELECT traceparent FROM _drained WHERE traceparent IS NOT NULL
+         ORDER BY created_at, id LIMIT 1) AS traceparent
   FROM _ctx
 """
 _START_STATEMENTS: dict[tuple[tuple[str, str], ...], sa.TextClause] = {}
@@ -185,6 +187,9 @@ class TurnStart:
     policy_replace: bool = False
     # Extensions' columns (`start_statement`), by name, as read.
     extra: dict[str, Any] = field(default_factory=dict)
+    # The trace of the (first) request that posted what this turn drained.
+    traceparent: str | None = None
+    voice: bool = False  # the thread's voice mode
 
 
 async def start_turn(
@@ -210,6 +215,7 @@ async def start_turn(
         r["deleted_at"] is not None, r["monthly_budget_usd"],
         r["history"], r["instructions_version"], r["policy"], r["policy_version"],
         r["policy_replace"], {name: r[f"x_{name}"] for name, _sql in columns},
+        r["traceparent"], r["voice"],
     )
     events = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)

@@ -27,6 +27,7 @@ from jsonschema.exceptions import SchemaError
 
 from ator.errors import ConfigError
 from ator.memo import ByIdentity
+from ator.obs import tracing
 from ator.providers.base import ToolSpec
 from ator.tools.base import Tool, ToolCall, ToolContext, ToolOutcome, ToolResult
 from ator.tools.failure import failure, timed_out
@@ -191,8 +192,11 @@ class ToolRegistry:
         timeout = tool.timeout if tool.timeout is not None else default_timeout
         assert call.input is not None
         try:
-            async with asyncio.timeout(timeout):
-                value = await tool.handler(call.input, ctx)
+            with tracing.span(f"execute_tool {call.name}", {
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name,
+                    "gen_ai.tool.call.id": call.id, "ator.tool.origin": tool.origin}):
+                async with asyncio.timeout(timeout):
+                    value = await tool.handler(call.input, ctx)
         except TimeoutError:
             value = timed_out(timeout)
         except asyncio.CancelledError:

@@ -14,6 +14,7 @@ const LAYER_WORDS: Record<string, string> = {
   persona: "the setup's persona changed",
   thread: "this thread's instructions changed",
   tools: "the list of tools in the system prompt changed",
+  voice: "the thread's voice mode changed",
 };
 
 /** One entry of `diff.cache_broken_by` (e.g. "layer:org_policy") in words. */

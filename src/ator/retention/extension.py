@@ -1,0 +1,32 @@
+"""Retention as an extension of the engine (layer: retention; imports agent.extension,
+retention.service).
+
+Contributes the job kind `retention.purge` and the `Retention` service; when the engine
+starts it gives every org its purge schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ator.agent.extension import Extension, Kernel
+from ator.retention.service import Retention
+
+__all__ = ["RetentionExtension"]
+
+
+class RetentionExtension(Extension):
+    name = "retention"
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.retention = Retention(kernel.db, kernel.settings)
+
+    def job_kinds(self) -> Sequence[Any]:
+        return [self.retention.kind()]
+
+    def services(self) -> Mapping[type, object]:
+        return {Retention: self.retention}
+
+    async def start(self) -> None:
+        await self.retention.ensure_schedules()
