@@ -36,7 +36,7 @@ from ator.engine.runtime import Ator
 from ator.errors import ValidationFailed
 from ator.security.limits import JsonLimits, check_json
 from ator.store.records import Principal
-from ator.workflows import RECIPE_SCHEMA, Workflows
+from ator.workflows import Workflows
 
 router = APIRouter(prefix="/v1")
 
@@ -133,8 +133,9 @@ def _invalid_cursor(exc: Exception) -> ValidationFailed:
 
 
 @router.get("/workflows/schema")
-async def recipe_schema(p: Principal = Depends(require("viewer"))) -> dict[str, Any]:
-    return RECIPE_SCHEMA
+async def recipe_schema(p: Principal = Depends(require("viewer")),
+                        ator: Ator = Depends(get_ator)) -> dict[str, Any]:
+    return _flows(ator).schema
 
 
 @router.post("/workflows/validate")

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
-from ator.store.workflows import dumps
+from ator.store.workflows import dumps, preview
 
 __all__ = ["ClaimedStep", "NewStep"]
 
@@ -125,6 +125,21 @@ UPDATE workflow_steps p SET status = 'done', output = c.output, output_size = c.
  WHERE p.id = :id AND c.parent_id = p.id AND c.status = 'done' RETURNING p.id
 """)
 
+_FINISH_WITH = sa.text("""
+UPDATE workflow_steps SET status = CASE WHEN :size <= :cap THEN 'done' ELSE 'failed' END,
+       output = CASE WHEN :size <= :cap THEN CAST(:output AS jsonb) END,
+       output_size = :size, preview = CASE WHEN :size <= :cap THEN :preview END,
+       error = CASE WHEN :size > :cap
+                    THEN 'the output is ' || :size || ' bytes, above the cap of ' || :cap END,
+       finished_at = now()
+ WHERE id = :id AND status NOT IN ('done','skipped','failed') RETURNING status
+""")
+
+_CHILDREN = sa.text("""
+SELECT id, path, position, type, status, input, output, error FROM workflow_steps
+ WHERE parent_id = :parent_id ORDER BY position
+""")
+
 _FINISH_WAIT = sa.text("""
 UPDATE workflow_steps SET status = 'done', output = CAST(:output AS jsonb),
        output_size = octet_length(CAST(:output AS text)),
@@ -198,6 +213,21 @@ async def finish_map(conn: Connection, step_id: UUID, cap: int) -> str:
 async def take_child_output(conn: Connection, step_id: UUID) -> bool:
     """A switch takes its chosen branch's output once that branch is done."""
     return (await conn.execute(_TAKE_CHILD, {"id": step_id})).first() is not None
+
+
+async def finish_with(conn: Connection, step_id: UUID, output: Any, cap: int) -> bool:
+    """An expander's own output (False: over `cap`, and the step failed instead)."""
+    text = dumps(output)
+    size = len(text.encode())
+    row = (await conn.execute(_FINISH_WITH, {"id": step_id, "output": text, "size": size,
+                                             "cap": cap, "preview": preview(text)})).first()
+    return row is not None and row["status"] == "done"
+
+
+async def children(conn: Connection, parent_id: UUID) -> list[Row]:
+    """An expander's children with their outputs, in order (verify, loop and tournament
+    have a few; a map's are never read this way)."""
+    return (await conn.execute(_CHILDREN, {"parent_id": parent_id})).all()
 
 
 async def finish_wait(conn: Connection, step_id: UUID, output: Any) -> bool:

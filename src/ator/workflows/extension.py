@@ -17,7 +17,9 @@ from ator.workflows.expressions import Expressions
 from ator.workflows.kinds import RECONCILE, STEP
 from ator.workflows.reconciler import Reconciler
 from ator.workflows.service import Workflows
+from ator.workflows.step_types import StepTypes
 from ator.workflows.steps import StepRunner
+from ator.workflows.types import builtin_types
 
 __all__ = ["WorkflowsExtension"]
 
@@ -38,12 +40,13 @@ class WorkflowsExtension(Extension):
         ])
         # The queue this extension enqueues on knows its own kinds (their attempts policy).
         queue = JobQueue(kernel.db, self._kinds)
-        self.workflows = Workflows(kernel.db, queue, s)
-        self.reconciler = Reconciler(kernel.db, queue, self.expressions,
+        self.types = StepTypes(builtin_types())
+        self.workflows = Workflows(kernel.db, queue, s, self.types)
+        self.reconciler = Reconciler(kernel.db, queue, self.expressions, self.types,
                                      lease_ttl=s.workflow_lease_ttl,
                                      value_bytes=s.workflow_value_bytes,
                                      pause_ttl=s.workflow_pause_ttl)
-        self.steps = StepRunner(kernel.db, queue, self.expressions)
+        self.steps = StepRunner(kernel.db, queue, self.expressions, self.types)
 
     async def _reconcile(self, ctx: Any, payload: dict[str, Any]) -> None:
         await self.reconciler.handle(ctx, payload)

@@ -26,24 +26,33 @@ from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
 from ator.store.workflows import NewRun
 from ator.workflows.kinds import wake
-from ator.workflows.recipe import Limits, validate, validate_input
+from ator.workflows.recipe import Limits, Recipes, validate_input
+from ator.workflows.step_types import StepTypes
+from ator.workflows.types import builtin_types
 
 __all__ = ["Workflows"]
 
 
 class Workflows:
-    def __init__(self, db: Database, queue: JobQueue, settings: Settings) -> None:
+    def __init__(self, db: Database, queue: JobQueue, settings: Settings,
+                 types: StepTypes | None = None) -> None:
         self.db = db
         self.queue = queue
         self.settings = settings
         self.limits = Limits(settings.workflow_max_steps_ceiling,
                              settings.workflow_wall_clock_ceiling)
+        self.recipes = Recipes(types or StepTypes(builtin_types()), self.limits)
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The published JSON Schema of a recipe (every registered step type)."""
+        return self.recipes.schema
 
     # Recipes -------------------------------------------------------------------------------
 
     def validate(self, recipe: Any) -> dict[str, Any]:
         """Check a recipe (ValidationFailed `recipe_invalid` with each error's pointer)."""
-        return validate(recipe, self.limits)
+        return self.recipes.validate(recipe)
 
     async def create(self, scope: Scope, name: str) -> Row:
         return await run_store.create_workflow(self.db, scope, name)

@@ -11,8 +11,7 @@ retried by the kernel with backoff; on the last attempt the step fails instead, 
 pauses naming it. A step whose run is paused is handed back
 (`pending`: the reconciler queues it again on resume); one whose run ended is `cancelled`.
 
-Step context: a map's item sees `{input, item, index}`; any other step sees `{input,
-steps}` (the outputs of the run's finished top-level steps, by id).
+What an attempt computes is its step type's `run` (workflows/step_types.py).
 """
 
 from __future__ import annotations
@@ -29,13 +28,16 @@ from ator.store.workflow_steps import ClaimedStep
 from ator.store.workflows import TERMINAL
 from ator.workflows.expressions import ExpressionError, Expressions, encode
 from ator.workflows.kinds import wake
+from ator.workflows.step_types import Attempt, StepError, StepTypes
 
 __all__ = ["StepRunner"]
 
 
 class StepRunner:
-    def __init__(self, db: Database, queue: JobQueue, expressions: Expressions) -> None:
+    def __init__(self, db: Database, queue: JobQueue, expressions: Expressions,
+                 types: StepTypes) -> None:
         self.db = db
+        self.types = types
         self.queue = queue
         self.expressions = expressions
 
@@ -45,9 +47,10 @@ class StepRunner:
         if step is None:
             await self._not_runnable(ctx, step_id)
             return
+        attempt = Attempt(self.db, ctx.scope, step, ctx, self.expressions)
         try:
-            output = encode(await self._compute(step)).decode()
-        except ExpressionError as exc:  # deterministic: another attempt would fail alike
+            output = encode(await self.types[step.spec["type"]].run(attempt)).decode()
+        except (ExpressionError, StepError) as exc:  # deterministic: would fail alike again
             await self._failed(ctx, step, exc.message)
             return
         except (asyncio.CancelledError, LeaseLost):
@@ -77,15 +80,6 @@ class StepRunner:
                     "step": step.path, "attempt": step.attempt, "error": error}, bump=True)
                 await wake(self.queue, conn, ctx.scope, step.run_id)
             await ctx.complete(conn)
-
-    async def _compute(self, step: ClaimedStep) -> Any:
-        if isinstance(step.input, dict) and "item" in step.input:
-            data: dict[str, Any] = {"input": step.run_input, "item": step.input["item"],
-                                    "index": step.input.get("index")}
-        else:
-            data = {"input": step.run_input,
-                    "steps": await step_store.top_outputs(self.db, step.run_id)}
-        return await self.expressions.evaluate(step.spec["expr"], data)
 
     async def _not_runnable(self, ctx: JobContext, step_id: UUID) -> None:
         async with self.db.begin() as conn:

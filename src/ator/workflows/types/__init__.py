@@ -1,0 +1,20 @@
+"""The built-in step types, one module each (layer: workflows; imports ator.workflows.*).
+
+`builtin_types()` is what the extension registers unless told otherwise; a type that needs
+a peer (the engine's turns for `agent`, the egress guard for `http`) is given it there.
+"""
+
+from __future__ import annotations
+
+from ator.workflows.step_types import StepType
+from ator.workflows.types.map import Map
+from ator.workflows.types.switch import Switch
+from ator.workflows.types.transform import Transform
+from ator.workflows.types.wait import Wait
+
+__all__ = ["Map", "Switch", "Transform", "Wait", "builtin_types"]
+
+
+def builtin_types() -> list[StepType]:
+    """The built-in types (a type whose peer is not given refuses to run)."""
+    return [Transform(), Wait(), Map(), Switch()]
