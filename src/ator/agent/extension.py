@@ -3,8 +3,8 @@ agent.caps, agent.hooks, agent.state, coord.base, cost.prices, security.crypto, 
 store, tools).
 
 One composition root (`engine/root.py`) assembles the engine from extensions. An extension
-is built from the `Kernel` (the database, the coordinator, settings, prices, the master key
-and a `Waker`) and contributes any of:
+is built from the `Kernel` (the database, the coordinator, settings, prices, the master key,
+a `Waker` and an `Asker` that runs a turn and waits for it) and contributes any of:
 
 - `tools()`        native tools (in the default native set when the caller names none)
 - `toolsets()`     toolsets asked before every model call
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
@@ -46,7 +47,8 @@ from ator.store.scope import Scope
 from ator.tools.base import Tool
 from ator.tools.toolset import Toolset
 
-__all__ = ["Extension", "Kernel", "ToolBounds", "TurnEnd", "TurnField", "Waker"]
+__all__ = ["Asker", "Extension", "Kernel", "ToolBounds", "TurnEnd", "TurnField", "TurnReply",
+           "Waker"]
 
 
 class Waker(Protocol):
@@ -56,6 +58,33 @@ class Waker(Protocol):
     async def notify(self, scope: Scope, thread_id: UUID) -> None: ...
 
     async def stop(self, thread_id: UUID, reason: str = "user") -> None: ...
+
+
+class TurnReply(Protocol):
+    """How a turn asked for by `Asker.ask` ended."""
+
+    @property
+    def turn_id(self) -> UUID: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def stop_reason(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def usage(self) -> dict[str, Any]: ...
+    @property
+    def cost_usd(self) -> Decimal: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+class Asker(Protocol):
+    """Run a turn on a thread and wait for its end (on whichever replica runs it): the
+    message is submitted once per `client_message_id` (a resend follows the first's turn)."""
+
+    async def ask(self, scope: Scope, thread_id: UUID, text: str, *, client_message_id: str,
+                  timeout: float = 600.0) -> TurnReply: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +97,7 @@ class Kernel:
     prices: PriceTable
     master_key: MasterKey
     waker: Waker
+    asker: Asker | None = None
 
 
 class TurnEnd(Protocol):

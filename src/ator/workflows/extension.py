@@ -1,9 +1,11 @@
 """Workflows as an extension of the kernel (layer: workflows; imports agent.extension,
 ator.jobs, ator.workflows.*).
 
-Contributes the `Workflows` service and two job kinds: `workflow.reconcile` (the run's
-one reconciler) and `workflow.step` (one step attempt). Its tables come with the core
-migrations (0012). The HTTP routes are `ator.api.workflows` (the API layer mounts them).
+Contributes the `Workflows` service, the step types (`StepTypes`: the built-ins, `agent`
+given the kernel's `Asker`), a per-turn field and a loop hook for the turns of agent steps
+(workflows/agents.py: subagent tools denied, the run's usd budget) and two job kinds:
+`workflow.reconcile` (the run's one reconciler) and `workflow.step` (one step attempt). Its
+tables come with the core migrations (0012, 0015). The HTTP routes are `ator.api.workflows`.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ator.agent.extension import Extension, Kernel
+from ator.agent.extension import Extension, Kernel, TurnField
+from ator.agent.hooks import LoopHook
 from ator.jobs import JobKind, JobKinds, JobQueue
+from ator.store.workflow_threads import TURN_SQL
+from ator.workflows.agents import RunBudget, WorkflowTurn
 from ator.workflows.expressions import Expressions
 from ator.workflows.kinds import RECONCILE, STEP
 from ator.workflows.reconciler import Reconciler
@@ -40,7 +45,8 @@ class WorkflowsExtension(Extension):
         ])
         # The queue this extension enqueues on knows its own kinds (their attempts policy).
         queue = JobQueue(kernel.db, self._kinds)
-        self.types = StepTypes(builtin_types())
+        self.types = StepTypes(builtin_types(asker=kernel.asker))
+        self._hooks = [RunBudget(kernel.db, kernel.prices)]
         self.workflows = Workflows(kernel.db, queue, s, self.types)
         self.reconciler = Reconciler(kernel.db, queue, self.expressions, self.types,
                                      lease_ttl=s.workflow_lease_ttl,
@@ -56,6 +62,12 @@ class WorkflowsExtension(Extension):
 
     def job_kinds(self) -> Sequence[Any]:
         return list(self._kinds)
+
+    def hooks(self) -> Sequence[LoopHook]:
+        return self._hooks
+
+    def fields(self) -> Sequence[TurnField]:
+        return [TurnField("workflow", TURN_SQL, WorkflowTurn.build)]
 
     def services(self) -> Mapping[type, object]:
         return {Workflows: self.workflows}

@@ -7,6 +7,7 @@ works, and checked by every one of its transactions), so even a rescued duplicat
 write beside a live one. One tick, in one transaction under the run row's lock:
 
     wall clock out → the run fails (`wall_clock`)
+    no step finished for `idle_s` (no wait pending) → the run fails (`no_progress`)
     for each top-level step, in order:
       no row yet   → its type's `create` (charging `max_steps` first: an expander that
                      would exceed it fails the run before creating anything)
@@ -74,7 +75,7 @@ class Reconciler:
         started = time.monotonic()
         try:
             while True:
-                seen, wake_at = await self._tick(ctx.scope, run_id, owner)
+                seen, wake_at, idle_at = await self._tick(ctx.scope, run_id, owner)
                 async with self.db.begin() as conn:
                     now = await run_store.changes_locked(conn, run_id, owner)
                     if now is None:
@@ -92,6 +93,10 @@ class Reconciler:
                     if now != seen or wake_at is not None:
                         # After complete: the run's unique key is free again.
                         await wake(self.queue, conn, ctx.scope, run_id, at=wake_at)
+                    if idle_at is not None:
+                        # The no-progress close needs a look then, even if nothing happens.
+                        await wake(self.queue, conn, ctx.scope, run_id, at=idle_at,
+                                   timer="idle")
                     return
         finally:
             renewing.cancel()
@@ -105,7 +110,10 @@ class Reconciler:
                 log.warning("lost the lease of a run", extra={"run_id": str(run_id)})
                 return
 
-    async def _tick(self, scope: Scope, run_id: UUID, owner: str) -> tuple[int, datetime | None]:
+    async def _tick(self, scope: Scope, run_id: UUID, owner: str
+                    ) -> tuple[int, datetime | None, datetime | None]:
+        """One look at the run: (its change counter as seen, when to look again, when it
+        would be idle for too long)."""
         async with self.db.begin() as conn:
             run = await run_store.fence(conn, run_id, owner, self.ttl, self.pause_ttl)
             if run is None:
@@ -114,17 +122,19 @@ class Reconciler:
                 if await run_store.expire_pause(conn, run_id, owner):
                     await run_store.add_event(conn, run_id, "run_cancelled",
                                               {"reason": "pause_expired"}, bump=False)
-                return run.changes, None
+                return run.changes, None, None
             if run.status != "running":
-                return run.changes, None
+                return run.changes, None, None
+            tick = Tick(conn, scope, run, owner, queue=self.queue,
+                        expressions=self.expressions, value_bytes=self.value_bytes)
             if run.overdue:
-                await Tick(conn, scope, run, owner, queue=self.queue,
-                           expressions=self.expressions, value_bytes=self.value_bytes
-                           ).fail_run("wall_clock", "the run's wall-clock budget ran out")
-                return run.changes, None
-            return run.changes, await self._advance(conn, Tick(
-                conn, scope, run, owner, queue=self.queue, expressions=self.expressions,
-                value_bytes=self.value_bytes))
+                await tick.fail_run("wall_clock", "the run's wall-clock budget ran out")
+                return run.changes, None, None
+            if run.idle:
+                await tick.fail_run("no_progress", "no step of the run finished within its "
+                                    "no-progress time (budget.idle_s)")
+                return run.changes, None, None
+            return run.changes, await self._advance(conn, tick), run.idle_at
 
     async def _advance(self, conn: Connection, tick: Tick) -> datetime | None:
         run = tick.run
@@ -138,7 +148,8 @@ class Reconciler:
             elif row["status"] in ("done", "skipped"):
                 progress = True
             elif row["status"] == "failed":
-                progress = await tick.failed(spec, row["path"], row["error"] or "failed")
+                progress = await tick.failed(spec, row["path"], row["error"] or "failed",
+                                             row["error_code"])
             else:
                 progress = await kind.advance(tick, spec, row)
             if isinstance(progress, datetime):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -40,7 +41,9 @@ class Workflows:
         self.queue = queue
         self.settings = settings
         self.limits = Limits(settings.workflow_max_steps_ceiling,
-                             settings.workflow_wall_clock_ceiling)
+                             settings.workflow_wall_clock_ceiling,
+                             usd=settings.workflow_usd_ceiling,
+                             idle_s=settings.workflow_idle_ceiling)
         self.recipes = Recipes(types or StepTypes(builtin_types()), self.limits)
 
     @property
@@ -106,7 +109,11 @@ class Workflows:
                      max_steps=min(budget.get("max_steps", s.workflow_max_steps),
                                    s.workflow_max_steps_ceiling),
                      wall_clock_s=min(float(budget.get("wall_clock_s", s.workflow_wall_clock)),
-                                      s.workflow_wall_clock_ceiling))
+                                      s.workflow_wall_clock_ceiling),
+                     usd_budget=Decimal(str(min(float(budget.get("usd", s.workflow_usd)),
+                                                s.workflow_usd_ceiling))),
+                     idle_s=min(float(budget.get("idle_s", s.workflow_idle)),
+                                s.workflow_idle_ceiling))
         async with self.db.begin() as conn:
             run, created = await run_store.start_run(conn, scope, new)
             if created:

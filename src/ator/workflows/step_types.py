@@ -128,11 +128,15 @@ class Tick:
             return True
         return False
 
-    async def failed(self, spec: dict[str, Any], path: str, error: str) -> Progress:
-        """A step failed: pause the run naming it, or fail the run when `on_error` says so."""
+    async def failed(self, spec: dict[str, Any], path: str, error: str,
+                     code: str | None = None) -> Progress:
+        """A step failed: pause the run naming it, or fail the run when `on_error` says so;
+        a step that failed on the run's usd budget ends the run `budget`, whatever it says."""
         on_error = spec.get("on_error") or self.run.recipe.get("on_error") or "pause"
         message = f"step {path!r} failed: {error}"
-        if on_error == "fail":
+        if code == "budget":
+            await self.fail_run("budget", message)
+        elif on_error == "fail":
             await self.fail_run("step_failed", message)
         elif await run_store.pause_failed(self.conn, self.run.id, self.owner,
                                           reason=f"step_failed:{path}", error=message):
@@ -140,9 +144,9 @@ class Tick:
         return False
 
     async def fail_step(self, step_id: UUID, spec: dict[str, Any], path: str,
-                        error: str) -> Progress:
+                        error: str, code: str | None = None) -> Progress:
         await step_store.fail(self.conn, step_id, error)
-        return await self.failed(spec, path, error)
+        return await self.failed(spec, path, error, code)
 
     async def created_failed(self, new: NewStep, error: str) -> Progress:
         """A step that failed while being created (its `over` expression, say)."""

@@ -24,13 +24,17 @@ from ator.jobs import JobContext, JobQueue, LeaseLost
 from ator.store import workflow_steps as step_store
 from ator.store import workflows as run_store
 from ator.store.database import Connection, Database
-from ator.store.workflow_steps import ClaimedStep
+from ator.store.workflow_steps import ClaimedStep, Spent
 from ator.store.workflows import TERMINAL
 from ator.workflows.expressions import ExpressionError, Expressions, encode
 from ator.workflows.kinds import wake
 from ator.workflows.step_types import Attempt, StepError, StepTypes
 
 __all__ = ["StepRunner"]
+
+
+def _spent(attempt: Attempt) -> Spent | None:
+    return Spent(attempt.usage, attempt.cost_usd) if attempt.usage or attempt.cost_usd else None
 
 
 class StepRunner:
@@ -51,7 +55,7 @@ class StepRunner:
         try:
             output = encode(await self.types[step.spec["type"]].run(attempt)).decode()
         except (ExpressionError, StepError) as exc:  # deterministic: would fail alike again
-            await self._failed(ctx, step, exc.message)
+            await self._failed(ctx, step, exc.message, exc.code, _spent(attempt))
             return
         except (asyncio.CancelledError, LeaseLost):
             raise
@@ -61,21 +65,23 @@ class StepRunner:
             # The last attempt: the step fails (the run pauses naming it) rather than
             # leaving it running under a dead job.
             await self._failed(ctx, step, f"{type(exc).__name__}: {exc} (after "
-                                          f"{ctx.attempt} attempts)")
+                                          f"{ctx.attempt} attempts)", None, _spent(attempt))
             return
         size = len(output.encode())
         async with self.db.begin() as conn:
             # Step row, then run row (the event bumps `changes`), then the wake: the order
             # the reconciler's release relies on (store/workflows.py).
-            if await step_store.complete(conn, step, output, size, run_store.preview(output)):
+            if await step_store.complete(conn, step, output, size, run_store.preview(output),
+                                         _spent(attempt)):
                 await run_store.add_event(conn, step.run_id, "step_done", {
                     "step": step.path, "attempt": step.attempt, "size": size}, bump=True)
                 await wake(self.queue, conn, ctx.scope, step.run_id)
             await ctx.complete(conn)
 
-    async def _failed(self, ctx: JobContext, step: ClaimedStep, error: str) -> None:
+    async def _failed(self, ctx: JobContext, step: ClaimedStep, error: str, code: str | None,
+                      spent: Spent | None) -> None:
         async with self.db.begin() as conn:
-            if await step_store.fail_attempt(conn, step, error):
+            if await step_store.fail_attempt(conn, step, error, code, spent):
                 await run_store.add_event(conn, step.run_id, "step_failed", {
                     "step": step.path, "attempt": step.attempt, "error": error}, bump=True)
                 await wake(self.queue, conn, ctx.scope, step.run_id)

@@ -69,7 +69,8 @@ class Map(StepType):
         counts = await tick.counts(step_id)
         if counts.get("failed"):
             return await tick.fail_step(step_id, spec, path,
-                                        f"{counts['failed']} of its items failed")
+                                        f"{counts['failed']} of its items failed",
+                                        "budget" if counts["budget"] else None)
         active = counts.get("queued", 0) + counts.get("running", 0)
         pending = counts.get("pending", 0)
         if not active and not pending:

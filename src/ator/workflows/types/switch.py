@@ -83,7 +83,8 @@ class Switch(StepType):
             await step_store.set_status(tick.conn, step_id, "running", ["pending"])
         counts = await tick.counts(step_id)
         if counts.get("failed"):
-            return await tick.fail_step(step_id, spec, path, "its branch failed")
+            return await tick.fail_step(step_id, spec, path, "its branch failed",
+                                        "budget" if counts["budget"] else None)
         if counts.get("done"):
             await step_store.take_child_output(tick.conn, step_id)
             await tick.event("step_done", {"step": path})
