@@ -128,19 +128,23 @@ UPDATE workflow_steps p SET status = 'done', output = c.output, output_size = c.
 """)
 
 _FINISH_WITH = sa.text("""
-UPDATE workflow_steps SET status = CASE WHEN :size <= :cap THEN 'done' ELSE 'failed' END,
-       output = CASE WHEN :size <= :cap THEN CAST(:output AS jsonb) END,
-       output_size = :size, preview = CASE WHEN :size <= :cap THEN :preview END,
-       error = CASE WHEN :size > :cap
-                    THEN 'the output is ' || :size || ' bytes, above the cap of ' || :cap END,
+WITH v AS (SELECT CAST(:size AS int) AS size, CAST(:cap AS int) AS cap)
+UPDATE workflow_steps SET status = CASE WHEN v.size <= v.cap THEN 'done' ELSE 'failed' END,
+       output = CASE WHEN v.size <= v.cap THEN CAST(:output AS jsonb) END,
+       output_size = v.size, preview = CASE WHEN v.size <= v.cap THEN CAST(:preview AS text) END,
+       error = CASE WHEN v.size > v.cap
+                    THEN 'the output is ' || v.size || ' bytes, above the cap of ' || v.cap END,
        finished_at = now()
- WHERE id = :id AND status NOT IN ('done','skipped','failed') RETURNING status
+  FROM v WHERE id = :id AND status NOT IN ('done','skipped','failed')
+RETURNING status
 """)
 
 _CHILDREN = sa.text("""
 SELECT id, path, position, type, status, input, output, error FROM workflow_steps
  WHERE parent_id = :parent_id ORDER BY position
 """)
+
+_INPUT = sa.text("SELECT input FROM workflow_steps WHERE id = :id")
 
 _FINISH_WAIT = sa.text("""
 UPDATE workflow_steps SET status = 'done', output = CAST(:output AS jsonb),
@@ -233,6 +237,12 @@ async def children(conn: Connection, parent_id: UUID) -> list[Row]:
     """An expander's children with their outputs, in order (verify, loop and tournament
     have a few; a map's are never read this way)."""
     return (await conn.execute(_CHILDREN, {"parent_id": parent_id})).all()
+
+
+async def input_of(conn: Connection, step_id: UUID) -> Any:
+    """A step's own input (a tournament's entrants)."""
+    row = (await conn.execute(_INPUT, {"id": step_id})).one()
+    return row["input"]
 
 
 async def finish_wait(conn: Connection, step_id: UUID, output: Any) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 from ator.agent.extension import Extension, Kernel, TurnField
 from ator.agent.hooks import LoopHook
 from ator.jobs import JobKind, JobKinds, JobQueue
+from ator.net.egress import Egress
 from ator.store.workflow_threads import TURN_SQL
 from ator.workflows.agents import RunBudget, WorkflowTurn
 from ator.workflows.expressions import Expressions
@@ -45,7 +46,9 @@ class WorkflowsExtension(Extension):
         ])
         # The queue this extension enqueues on knows its own kinds (their attempts policy).
         queue = JobQueue(kernel.db, self._kinds)
-        self.types = StepTypes(builtin_types(asker=kernel.asker))
+        self.types = StepTypes(builtin_types(asker=kernel.asker,
+                                             egress=Egress.from_settings(s),
+                                             master_key=kernel.master_key))
         self._hooks = [RunBudget(kernel.db, kernel.prices)]
         self.workflows = Workflows(kernel.db, queue, s, self.types)
         self.reconciler = Reconciler(kernel.db, queue, self.expressions, self.types,
