@@ -372,18 +372,18 @@ async def test_a_reconciler_waits_for_another_holder_of_the_runs_lease(make_ator
 async def test_a_step_that_keeps_failing_pauses_the_run_when_its_attempts_run_out(
     runtime: Ator, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from ator.workflows.steps import StepRunner
+    from ator.workflows.types import Transform
 
     calls: list[int] = []
-    real = StepRunner._compute
+    real = Transform.run
 
-    async def flaky(self: StepRunner, step: Any) -> Any:
-        calls.append(step.attempt)
-        if step.path == "boom":
+    async def flaky(self: Transform, attempt: Any) -> Any:
+        calls.append(attempt.step.attempt)
+        if attempt.step.path == "boom":
             raise OSError("the disk is on fire")
-        return await real(self, step)
+        return await real(self, attempt)
 
-    monkeypatch.setattr(StepRunner, "_compute", flaky)
+    monkeypatch.setattr(Transform, "run", flaky)
     scope = await org(runtime)
     flows = runtime.service(Workflows)
     wf = await published(runtime, scope, recipe({"id": "boom", "type": "transform",

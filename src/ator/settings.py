@@ -353,6 +353,13 @@ class Settings(BaseSettings):
     workflow_lease_ttl: float = Field(default=30.0, gt=0)
     # A run paused longer than this is cancelled (`cancel_reason: pause_expired`).
     workflow_pause_ttl: float = Field(default=7 * 86_400.0, gt=0)
+    # A run's money (`budget.usd`, checked before every agent call) and its no-progress
+    # close (`budget.idle_s`: no step finished for this long ends it `failed`/`no_progress`),
+    # each a default and a ceiling like the step and wall-clock budgets.
+    workflow_usd: float = Field(default=5.0, gt=0)
+    workflow_usd_ceiling: float = Field(default=100.0, gt=0)
+    workflow_idle: float = Field(default=1_800.0, gt=0)
+    workflow_idle_ceiling: float = Field(default=86_400.0, gt=0)
 
     @field_validator("prices", "cap_ceilings", "model_windows", "cli_env", mode="before")
     @classmethod

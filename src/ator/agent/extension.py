@@ -4,7 +4,8 @@ security.crypto, settings, store, tools).
 
 One composition root (`engine/root.py`) assembles the engine from extensions. An extension
 is built from the `Kernel` (the database, the coordinator, settings, prices, the master key,
-a `Waker` and the provider registry, for model work outside a turn) and contributes any of:
+a `Waker`, the provider registry for model work outside a turn, and an `Asker` that runs a
+turn and waits for it) and contributes any of:
 
 - `tools()`        native tools (in the default native set when the caller names none)
 - `toolsets()`     toolsets asked before every model call
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 from uuid import UUID
 
@@ -52,7 +54,8 @@ from ator.store.scope import Scope
 from ator.tools.base import Tool
 from ator.tools.toolset import Toolset
 
-__all__ = ["Extension", "Kernel", "LateServices", "ToolBounds", "TurnEnd", "TurnField", "Waker"]
+__all__ = ["Asker", "Extension", "Kernel", "LateServices", "ToolBounds", "TurnEnd", "TurnField",
+           "TurnReply", "Waker"]
 
 T = TypeVar("T")
 
@@ -86,6 +89,33 @@ class LateServices:
         return cast(T, found)
 
 
+class TurnReply(Protocol):
+    """How a turn asked for by `Asker.ask` ended."""
+
+    @property
+    def turn_id(self) -> UUID: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def stop_reason(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def usage(self) -> dict[str, Any]: ...
+    @property
+    def cost_usd(self) -> Decimal: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+class Asker(Protocol):
+    """Run a turn on a thread and wait for its end (on whichever replica runs it): the
+    message is submitted once per `client_message_id` (a resend follows the first's turn)."""
+
+    async def ask(self, scope: Scope, thread_id: UUID, text: str, *, client_message_id: str,
+                  timeout: float = 600.0) -> TurnReply: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Kernel:
     """What every extension is built with."""
@@ -100,6 +130,7 @@ class Kernel:
     # The engine's providers, for model calls outside a turn (jobs/model_work.py); None
     # only in a kernel built without an engine.
     providers: ProviderRegistry | None = None
+    asker: Asker | None = None
 
 
 class TurnEnd(Protocol):

@@ -36,7 +36,7 @@ from ator.engine.runtime import Ator
 from ator.errors import ValidationFailed
 from ator.security.limits import JsonLimits, check_json
 from ator.store.records import Principal
-from ator.workflows import RECIPE_SCHEMA, Workflows
+from ator.workflows import Workflows
 
 router = APIRouter(prefix="/v1")
 
@@ -72,6 +72,10 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+def _usd(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 def _workflow(row: Any) -> dict[str, Any]:
     return {"id": str(row["id"]), "name": row["name"], "latest_version": row["latest_version"],
             "created_at": _iso(row["created_at"])}
@@ -94,7 +98,9 @@ def _run(row: Any) -> dict[str, Any]:
         "pause_reason": row["pause_reason"], "cancel_reason": row["cancel_reason"],
         "error": row["error"],
         "budget": {"max_steps": row["max_steps"], "steps_used": row["steps_used"],
-                   "wall_clock_s": row["wall_clock_s"], "deadline": _iso(row["deadline"])},
+                   "wall_clock_s": row["wall_clock_s"], "deadline": _iso(row["deadline"]),
+                   "usd": _usd(row["usd_budget"]), "spent_usd": _usd(row["spent_usd"]),
+                   "idle_s": row["idle_s"], "progress_at": _iso(row["progress_at"])},
         "last_seq": row["event_seq"], "created_at": _iso(row["created_at"]),
         "finished_at": _iso(row["finished_at"]),
     }
@@ -104,10 +110,12 @@ def _step(row: Any, *, output: bool) -> dict[str, Any]:
     out = {"id": str(row["id"]), "parent_id": str(row["parent_id"]) if row["parent_id"] else None,
            "path": row["path"], "type": row["type"], "status": row["status"],
            "attempt": row["attempt"], "output_size": row["output_size"],
-           "preview": row["preview"], "error": row["error"], "wake_at": _iso(row["wake_at"]),
+           "preview": row["preview"], "error": row["error"], "error_code": row["error_code"],
+           "cost_usd": _usd(row["cost_usd"]), "wake_at": _iso(row["wake_at"]),
            "created_at": _iso(row["created_at"]), "finished_at": _iso(row["finished_at"])}
     if output:
-        out.update(spec=row["spec"], input=row["input"], output=row["output"])
+        out.update(spec=row["spec"], input=row["input"], output=row["output"],
+                   usage=row["usage"])
     return out
 
 
@@ -133,8 +141,9 @@ def _invalid_cursor(exc: Exception) -> ValidationFailed:
 
 
 @router.get("/workflows/schema")
-async def recipe_schema(p: Principal = Depends(require("viewer"))) -> dict[str, Any]:
-    return RECIPE_SCHEMA
+async def recipe_schema(p: Principal = Depends(require("viewer")),
+                        ator: Ator = Depends(get_ator)) -> dict[str, Any]:
+    return _flows(ator).schema
 
 
 @router.post("/workflows/validate")

@@ -11,7 +11,7 @@ from decimal import ROUND_CEILING, Decimal
 
 from ator.cost.prices import PriceTable
 
-__all__ = ["worst_case_usd"]
+__all__ = ["over_cap", "worst_case_usd"]
 
 _M = Decimal(1_000_000)
 _MICRO = Decimal("0.000001")
@@ -34,3 +34,16 @@ def worst_case_usd(
     per_input = max(rates.input, rates.cache_read, rates.cache_write)
     usd = (input_tokens_estimate * per_input + max_output_tokens * rates.output) / _M
     return usd.quantize(_MICRO, rounding=ROUND_CEILING)
+
+
+def over_cap(who: str, label: str, spent: Decimal, worst: Decimal, cap: Decimal) -> str | None:
+    """The rule of every spend cap checked before a model call (a subagent tree's, a
+    workflow run's): the call runs only if settled spend plus its worst case fits under the
+    cap, so the cap is overshot by at most what that estimate missed. Why not, in words a
+    user and the model can read; None when it fits."""
+    if spent >= cap:
+        return f"{who} spent: {label} is ${spent} of ${cap}"
+    if spent + worst > cap:
+        return (f"{who}: the next call may cost up to ${worst}, more than the "
+                f"${cap - spent} {label} leaves (${spent} spent of ${cap})")
+    return None

@@ -30,6 +30,7 @@ from ator.cost.prices import PriceTable
 from ator.engine.access import Access
 from ator.engine.actor import Actor, Wakes
 from ator.engine.approvals_extension import ApprovalsExtension
+from ator.engine.asks import Asks
 from ator.engine.context_policy import ContextPolicy
 from ator.engine.daily_caps import DailyCapsExtension
 from ator.engine.inspector import Inspector
@@ -107,6 +108,7 @@ class Engine:
     actor: Actor
     reaper: Reaper
     job_runner: JobRunner
+    asks: Asks
     routes: list[Any] = field(default_factory=list)
     rooms: list[Any] = field(default_factory=list)
     migrations: list[str] = field(default_factory=list)
@@ -137,7 +139,9 @@ def assemble(
     tools (default: the built-ins and every extension's tools); `toolsets`, `hooks` and
     `services` are the caller's, after the extensions' (a caller's service of a type wins)."""
     wakes = Wakes(coord, settings.lease_ttl)
-    kernel = Kernel(settings, db, coord, prices, master_key, wakes, providers=providers)
+    asks = Asks(db, coord, wakes, settings.lease_ttl)
+    kernel = Kernel(settings, db, coord, prices, master_key, wakes, providers=providers,
+                    asker=asks)
     built = [make(kernel) for make in extensions]
     native = StaticToolset([*builtin_tools(), *(t for e in built for t in e.tools())]
                            if tools is None else tools)  # checked first
@@ -186,7 +190,7 @@ def assemble(
     return Engine(
         kernel=kernel, extensions=built, services=registry, cap_groups=cap_groups,
         publisher=publisher, runner=runner, actor=actor, reaper=reaper,
-        job_runner=job_runner,
+        job_runner=job_runner, asks=asks,
         routes=[r for e in built for r in e.routes()],
         rooms=[r for e in built for r in e.rooms()],
         migrations=[m for e in built for m in e.migrations()],

@@ -24,7 +24,7 @@ import socket
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -37,7 +37,7 @@ from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
 from ator.engine import stream
 from ator.engine.actor import lease_key
-from ator.engine.follow import TurnFollow
+from ator.engine.asks import TurnResult
 from ator.engine.mcp import McpService
 from ator.engine.publish import want_deltas
 from ator.engine.root import DEFAULT_EXTENSIONS, Engine, ExtensionFactory, assemble
@@ -80,19 +80,6 @@ class Stopped:
 
     running: bool
     descendants: int
-
-
-@dataclass
-class TurnResult:
-    """How a turn ended, as seen by the caller that asked."""
-
-    turn_id: UUID
-    status: str
-    stop_reason: str
-    text: str
-    usage: dict[str, Any]
-    cost_usd: Decimal
-    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Ator:
@@ -515,46 +502,13 @@ class Ator:
 
         Follows the coordinator's notices of committed events (no polling); if none arrive
         for a lease TTL, it catches up from the database, from the message's own event."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        # Subscribed before submitting, so the notices hold all of the turn; the cursor is
-        # learned from them (or from the message's own event after a silence).
-        async with ThreadFollow(self.db, self.coord, scope, thread_id,
-                                after_seq=None) as reader:
-            item, _created = await self.submit(scope, thread_id, text,
-                                               client_message_id=client_message_id)
-            follow = TurnFollow(str(item.id))
-            while not follow.done:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise TimeoutError(f"no reply within {timeout:g}s")
-                frames = await reader.next(min(left, self.settings.lease_ttl))
-                if frames is None or reader.lost:
-                    # Silence for a lease TTL, or notices lost to a full inbox: read the truth.
-                    frames = await self._catch_up(scope, reader, follow)
-                follow.feed(frames)
-        assert follow.ended is not None and follow.turn_id is not None
-        data = follow.ended
-        return TurnResult(
-            turn_id=UUID(follow.turn_id), status=str(data.get("status")),
-            stop_reason=str(data.get("stop_reason")), text=follow.text(),
-            usage=dict(data.get("usage") or {}),
-            cost_usd=Decimal(str(data.get("cost_usd", "0"))), events=follow.frames,
-        )
+        async def submit(scope: Scope, thread_id: UUID, text: str,
+                         cmid: str) -> tuple[MailboxItem, bool]:
+            return await self.submit(scope, thread_id, text, client_message_id=cmid)
 
-    async def _catch_up(self, scope: Scope, reader: ThreadFollow, follow: TurnFollow
-                        ) -> list[dict[str, Any]]:
-        """What was committed since the follower's position (a notice was lost)."""
-        if follow.turn_id is None:
-            seq = await event_store.message_seq(self.db, scope, reader.thread_id,
-                                                follow.mailbox_id)
-            if seq is None:
-                return []  # not taken by a turn yet
-            follow.seq = seq - 1  # rewind: frames before our message are not ours
-            reader.rewind(seq - 1)
-        elif reader.seq is None:
-            reader.rewind(follow.seq)
-        return await reader.catch_up()
+        return await self.engine.asks.ask(
+            scope, thread_id, text, client_message_id=client_message_id or uuid.uuid4().hex,
+            timeout=timeout, submit=submit)
 
     # Facades for the transports --------------------------------------------------------
     # SSE, the socket gateway, the CLI and /metrics reach the database, the coordinator and

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -23,9 +24,9 @@ import sqlalchemy as sa
 
 from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
-from ator.store.workflows import dumps
+from ator.store.workflows import dumps, preview
 
-__all__ = ["ClaimedStep", "NewStep"]
+__all__ = ["ClaimedStep", "NewStep", "Spent"]
 
 # A map's list is previewed in SQL by characters: 512 characters are at most 2 KB of UTF-8.
 _SQL_PREVIEW_CHARS = 512
@@ -66,7 +67,7 @@ SELECT gen_random_uuid(), :run_id, :org_id, :parent_id, :path || '/' || (t.ord -
 """)
 
 _TOP = sa.text("""
-SELECT id, path, position, type, status, error, wake_at, wake_at <= now() AS due
+SELECT id, path, position, type, status, error, error_code, wake_at, wake_at <= now() AS due
   FROM workflow_steps WHERE run_id = :run_id AND parent_id IS NULL ORDER BY position
 """)
 
@@ -81,7 +82,8 @@ UPDATE workflow_runs SET steps_used = steps_used + :n
 """)
 
 _COUNTS = sa.text("""
-SELECT status, count(*) AS n FROM workflow_steps WHERE parent_id = :parent_id GROUP BY status
+SELECT status, count(*) AS n, count(*) FILTER (WHERE error_code = 'budget') AS budget
+  FROM workflow_steps WHERE parent_id = :parent_id GROUP BY status
 """)
 
 _QUEUE_CHILDREN = sa.text("""
@@ -124,6 +126,25 @@ UPDATE workflow_steps p SET status = 'done', output = c.output, output_size = c.
   FROM workflow_steps c
  WHERE p.id = :id AND c.parent_id = p.id AND c.status = 'done' RETURNING p.id
 """)
+
+_FINISH_WITH = sa.text("""
+WITH v AS (SELECT CAST(:size AS int) AS size, CAST(:cap AS int) AS cap)
+UPDATE workflow_steps SET status = CASE WHEN v.size <= v.cap THEN 'done' ELSE 'failed' END,
+       output = CASE WHEN v.size <= v.cap THEN CAST(:output AS jsonb) END,
+       output_size = v.size, preview = CASE WHEN v.size <= v.cap THEN CAST(:preview AS text) END,
+       error = CASE WHEN v.size > v.cap
+                    THEN 'the output is ' || v.size || ' bytes, above the cap of ' || v.cap END,
+       finished_at = now()
+  FROM v WHERE id = :id AND status NOT IN ('done','skipped','failed')
+RETURNING status
+""")
+
+_CHILDREN = sa.text("""
+SELECT id, path, position, type, status, input, output, error FROM workflow_steps
+ WHERE parent_id = :parent_id ORDER BY position
+""")
+
+_INPUT = sa.text("SELECT input FROM workflow_steps WHERE id = :id")
 
 _FINISH_WAIT = sa.text("""
 UPDATE workflow_steps SET status = 'done', output = CAST(:output AS jsonb),
@@ -172,8 +193,11 @@ async def charge(conn: Connection, run_id: UUID, n: int) -> bool:
 
 
 async def counts(conn: Connection, parent_id: UUID) -> dict[str, int]:
+    """Children by status; `budget` counts those that failed on a usd budget."""
     rows = (await conn.execute(_COUNTS, {"parent_id": parent_id})).all()
-    return {r["status"]: int(r["n"]) for r in rows}
+    found = {r["status"]: int(r["n"]) for r in rows}
+    found["budget"] = sum(int(r["budget"]) for r in rows)
+    return found
 
 
 async def queue_children(conn: Connection, parent_id: UUID, n: int) -> list[UUID]:
@@ -198,6 +222,27 @@ async def finish_map(conn: Connection, step_id: UUID, cap: int) -> str:
 async def take_child_output(conn: Connection, step_id: UUID) -> bool:
     """A switch takes its chosen branch's output once that branch is done."""
     return (await conn.execute(_TAKE_CHILD, {"id": step_id})).first() is not None
+
+
+async def finish_with(conn: Connection, step_id: UUID, output: Any, cap: int) -> bool:
+    """An expander's own output (False: over `cap`, and the step failed instead)."""
+    text = dumps(output)
+    size = len(text.encode())
+    row = (await conn.execute(_FINISH_WITH, {"id": step_id, "output": text, "size": size,
+                                             "cap": cap, "preview": preview(text)})).first()
+    return row is not None and row["status"] == "done"
+
+
+async def children(conn: Connection, parent_id: UUID) -> list[Row]:
+    """An expander's children with their outputs, in order (verify, loop and tournament
+    have a few; a map's are never read this way)."""
+    return (await conn.execute(_CHILDREN, {"parent_id": parent_id})).all()
+
+
+async def input_of(conn: Connection, step_id: UUID) -> Any:
+    """A step's own input (a tournament's entrants)."""
+    row = (await conn.execute(_INPUT, {"id": step_id})).one()
+    return row["input"]
 
 
 async def finish_wait(conn: Connection, step_id: UUID, output: Any) -> bool:
@@ -240,13 +285,23 @@ SELECT s.run_id, s.status, s.output IS NOT NULL AS has_output, r.status AS run_s
 
 _COMPLETE = sa.text("""
 UPDATE workflow_steps SET status = 'done', output = CAST(:output AS jsonb),
-       output_size = :size, preview = :preview, error = NULL, finished_at = now()
+       output_size = :size, preview = :preview, error = NULL, error_code = NULL,
+       finished_at = now()
  WHERE id = :id AND attempt = :attempt AND output IS NULL AND status = 'running'
 RETURNING run_id
 """)
 
+# What an attempt spent (an agent turn's usage and cost), with its outcome and the run's sum.
+_SPENT = sa.text("""
+WITH s AS (
+  UPDATE workflow_steps SET usage = CAST(:usage AS jsonb), cost_usd = :cost
+   WHERE id = :id RETURNING run_id)
+UPDATE workflow_runs r SET spent_usd = r.spent_usd + :cost FROM s WHERE r.id = s.run_id
+""")
+
 _FAIL_ATTEMPT = sa.text("""
-UPDATE workflow_steps SET status = 'failed', error = :error, finished_at = now()
+UPDATE workflow_steps SET status = 'failed', error = :error, error_code = :code,
+       finished_at = now()
  WHERE id = :id AND attempt = :attempt AND output IS NULL AND status = 'running'
 RETURNING run_id
 """)
@@ -270,23 +325,43 @@ async def state(conn: Connection, scope: Scope, step_id: UUID) -> Row | None:
     return (await conn.execute(_STATE, {"id": step_id, "org_id": scope.org_id})).first()
 
 
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """What an attempt consumed (an agent step's turns); nothing for most steps."""
+
+    usage: dict[str, Any]
+    cost_usd: Decimal
+
+    def __bool__(self) -> bool:
+        return bool(self.usage) or self.cost_usd > 0
+
+
+async def _spent(conn: Connection, step: ClaimedStep, spent: Spent | None) -> None:
+    if spent:
+        await conn.execute(_SPENT, {"id": step.id, "usage": dumps(spent.usage),
+                                    "cost": spent.cost_usd})
+
+
 async def complete(conn: Connection, step: ClaimedStep, output: str, size: int,
-                   preview: str) -> bool:
-    """Store the attempt's output (False: another attempt fenced it out)."""
+                   preview: str, spent: Spent | None = None) -> bool:
+    """Store the attempt's output and what it spent (False: another attempt fenced it out)."""
     row = (await conn.execute(_COMPLETE, {"id": step.id, "attempt": step.attempt,
                                           "output": output, "size": size,
                                           "preview": preview})).first()
     if row is not None:
         await conn.execute(_OUTCOME, {"id": step.id, "attempt": step.attempt, "outcome": "done"})
+        await _spent(conn, step, spent)
     return row is not None
 
 
-async def fail_attempt(conn: Connection, step: ClaimedStep, error: str) -> bool:
+async def fail_attempt(conn: Connection, step: ClaimedStep, error: str,
+                       code: str | None = None, spent: Spent | None = None) -> bool:
     row = (await conn.execute(_FAIL_ATTEMPT, {"id": step.id, "attempt": step.attempt,
-                                              "error": error[:4000]})).first()
+                                              "error": error[:4000], "code": code})).first()
     if row is not None:
         await conn.execute(_OUTCOME, {"id": step.id, "attempt": step.attempt,
                                       "outcome": "failed"})
+        await _spent(conn, step, spent)
     return row is not None
 
 
@@ -294,7 +369,7 @@ async def fail_attempt(conn: Connection, step: ClaimedStep, error: str) -> bool:
 
 _LIST = sa.text("""
 SELECT id, parent_id, path, position, type, status, attempt, output_size, preview, error,
-       wake_at, created_at, finished_at
+       error_code, cost_usd, wake_at, created_at, finished_at
   FROM workflow_steps
  WHERE run_id = :run_id AND org_id = :org_id
    AND (CAST(:after_at AS timestamptz) IS NULL
@@ -305,7 +380,7 @@ SELECT id, parent_id, path, position, type, status, attempt, output_size, previe
 
 _GET = sa.text("""
 SELECT id, parent_id, path, position, type, status, attempt, output_size, preview, error,
-       wake_at, created_at, finished_at, spec, input, output
+       error_code, cost_usd, wake_at, created_at, finished_at, spec, input, output, usage
   FROM workflow_steps WHERE id = :id AND run_id = :run_id AND org_id = :org_id
 """)
 

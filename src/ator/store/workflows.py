@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -35,6 +36,7 @@ from ator.store.scope import Scope
 
 __all__ = [
     "PREVIEW_BYTES",
+    "PROGRESS",
     "NewRun",
     "RunFence",
     "preview",
@@ -42,6 +44,8 @@ __all__ = [
 
 PREVIEW_BYTES = 2048
 TERMINAL = ("succeeded", "failed", "cancelled")
+#: Events that count as progress (the no-progress close measures from the last one).
+PROGRESS = frozenset({"run_started", "run_resumed", "step_done", "step_failed"})
 
 
 def dumps(value: Any) -> str:
@@ -149,19 +153,21 @@ class NewRun:
     idempotency_key: str | None
     max_steps: int
     wall_clock_s: float
+    usd_budget: Decimal | None = None
+    idle_s: float | None = None
 
 
 _RUN_COLS = ("id, org_id, workflow_id, version, input, idempotency_key, status, output, "
              "fail_reason, pause_reason, cancel_reason, error, max_steps, steps_used, "
              "wall_clock_s, deadline, paused_at, event_seq, created_by, created_at, "
-             "finished_at")
+             "finished_at, usd_budget, spent_usd, idle_s, progress_at")
 
 _START = sa.text(f"""
 INSERT INTO workflow_runs (id, org_id, workflow_id, version, recipe, input, idempotency_key,
-                           max_steps, wall_clock_s, deadline, created_by)
+                           max_steps, wall_clock_s, deadline, created_by, usd_budget, idle_s)
 VALUES (:id, :org_id, :workflow_id, :version, CAST(:recipe AS jsonb), CAST(:input AS jsonb),
         :key, :max_steps, :wall_clock_s, now() + make_interval(secs => :wall_clock_s),
-        :user_id)
+        :user_id, :usd_budget, :idle_s)
 ON CONFLICT (org_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING {_RUN_COLS}
 """)
@@ -184,7 +190,8 @@ SELECT {_RUN_COLS} FROM workflow_runs
 # of `changes`), and the event.
 _EVENT = sa.text("""
 WITH r AS (
-  UPDATE workflow_runs SET event_seq = event_seq + 1, changes = changes + :bump
+  UPDATE workflow_runs SET event_seq = event_seq + 1, changes = changes + :bump,
+         progress_at = CASE WHEN :progress THEN now() ELSE progress_at END
    WHERE id = :run_id RETURNING org_id, event_seq)
 INSERT INTO workflow_events (run_id, seq, org_id, kind, data)
 SELECT :run_id, r.event_seq, r.org_id, :kind, CAST(:data AS jsonb) FROM r
@@ -202,7 +209,8 @@ async def start_run(conn: Connection, scope: Scope, run: NewRun) -> tuple[Row, b
     params = {"id": uuid4(), "org_id": scope.org_id, "workflow_id": run.workflow_id,
               "version": run.version, "recipe": dumps(run.recipe), "input": dumps(run.input),
               "key": run.idempotency_key, "max_steps": run.max_steps,
-              "wall_clock_s": run.wall_clock_s, "user_id": scope.user_id}
+              "wall_clock_s": run.wall_clock_s, "user_id": scope.user_id,
+              "usd_budget": run.usd_budget, "idle_s": run.idle_s}
     made = (await conn.execute(_START, params)).first()
     if made is not None:
         return made, True
@@ -227,9 +235,11 @@ async def add_event(conn: Connection, run_id: UUID, kind: str, data: dict[str, A
     """Append to the run's event log; `bump` also tells the reconciler something changed.
     The event that ends a run also queues the telling of the thread that started it
     (store/run_origins.py) and writes its `run.ended` webhook (store/webhooks.py), in the
-    same transaction, whichever writer ends it."""
+    same transaction, whichever writer ends it. A step's end (or a start or resume) restarts
+    the run's no-progress clock."""
     seq = int((await conn.execute(_EVENT, {"run_id": run_id, "kind": kind, "data": dumps(data),
-                                           "bump": 1 if bump else 0})).one()["seq"])
+                                           "bump": 1 if bump else 0,
+                                           "progress": kind in PROGRESS})).one()["seq"])
     if kind in run_origins.ENDED:
         await run_origins.ended(conn, run_id)
     if kind in webhooks.RUN_ENDED:
@@ -337,6 +347,8 @@ class RunFence:
     changes: int
     paused_at: datetime | None
     pause_expired: bool
+    idle: bool = False  # no progress for the run's idle_s
+    idle_at: datetime | None = None  # when it would be, with no progress till then
 
 
 _TAKE = sa.text("""
@@ -356,7 +368,13 @@ UPDATE workflow_runs SET lease_until = now() + make_interval(secs => :ttl)
  WHERE id = :id AND lease_owner = :owner
 RETURNING id, org_id, status, recipe, input, deadline < now() AS overdue, deadline,
           max_steps, steps_used, changes, paused_at,
-          paused_at < now() - make_interval(secs => :pause_ttl) AS pause_expired
+          paused_at < now() - make_interval(secs => :pause_ttl) AS pause_expired,
+          COALESCE(progress_at < now() - make_interval(secs => idle_s), false)
+            AND NOT EXISTS (SELECT 1 FROM workflow_steps w
+                             WHERE w.run_id = workflow_runs.id AND w.status = 'waiting')
+            AS idle,
+          CASE WHEN idle_s IS NOT NULL
+               THEN progress_at + make_interval(secs => idle_s) END AS idle_at
 """)
 
 _EXPIRE_PAUSE = sa.text(f"""
@@ -402,7 +420,7 @@ async def fence(conn: Connection, run_id: UUID, owner: str, ttl: float,
         return None
     return RunFence(row.id, row.org_id, row.status, row.recipe, row.input, row.overdue,
                     row.deadline, row.max_steps, row.steps_used, row.changes, row.paused_at,
-                    bool(row.pause_expired))
+                    bool(row.pause_expired), bool(row.idle), row.idle_at)
 
 
 async def expire_pause(conn: Connection, run_id: UUID, owner: str) -> bool:

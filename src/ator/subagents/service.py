@@ -35,7 +35,7 @@ from ator.agent.extension import Waker
 from ator.agent.hooks import LoopHook, StopTurn
 from ator.agent.notices import NoticeInjector
 from ator.agent.state import TurnContext, TurnState
-from ator.cost.estimate import worst_case_usd
+from ator.cost.estimate import over_cap, worst_case_usd
 from ator.cost.prices import PriceTable
 from ator.errors import ConfigError, NotFound, ToolError, ValidationFailed
 from ator.providers.base import ModelRequest
@@ -370,12 +370,7 @@ class ChildBudget(LoopHook):
                                       ("the tree's USD", tree.get("usd"), spent.tree_usd)):
             if usd_limit is None:
                 continue
-            cap = Decimal(str(usd_limit))
-            if usd >= cap:
-                raise StopTurn("budget", f"subagent budget spent: {label} is ${usd} of "
-                                         f"${cap}")
-            if usd + worst > cap:
-                raise StopTurn("budget", f"subagent budget: the next call may cost up to "
-                                         f"${worst}, more than the ${cap - usd} {label} "
-                                         f"leaves (${usd} spent of ${cap})")
+            why = over_cap("subagent budget", label, usd, worst, Decimal(str(usd_limit)))
+            if why is not None:
+                raise StopTurn("budget", why)
         return request

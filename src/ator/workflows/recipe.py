@@ -31,84 +31,60 @@ from jsonschema.exceptions import ValidationError
 
 from ator.errors import ValidationFailed
 from ator.workflows.expressions import parse_error
+from ator.workflows.step_types import StepType, StepTypes
+from ator.workflows.types import builtin_types
 
-__all__ = ["FORMAT", "RECIPE_SCHEMA", "Limits", "pointer", "validate", "validate_input"]
+__all__ = ["FORMAT", "RECIPE_SCHEMA", "Limits", "Recipes", "pointer", "recipe_schema", "validate",
+           "validate_input"]
 
 FORMAT = "ator.workflow/v1"
 
 _EXPR = {"type": "string", "minLength": 1, "maxLength": 10_000}
-_CHILD = {
-    "type": "object",
-    "required": ["type", "expr"],
-    "additionalProperties": False,
-    "properties": {"type": {"const": "transform"}, "expr": {"$ref": "#/$defs/expr"}},
-}
-_COMMON = {"id": {"$ref": "#/$defs/id"}, "on_error": {"enum": ["pause", "fail"]},
-           "description": {"type": "string", "maxLength": 2_000}}
 
 
-def _step(kind: str, required: list[str], **props: Any) -> dict[str, Any]:
-    return {"type": "object", "required": ["id", "type", *required],
-            "additionalProperties": False,
-            "properties": {**_COMMON, "type": {"const": kind}, **props}}
+def _dispatch(types: list[StepType], child: bool) -> dict[str, Any]:
+    """One schema for "a step": the `type` names, then each type's own schema by `if`."""
+    chosen = [t for t in types if not child or t.child_schema is not None]
+    ref = "c_" if child else "s_"
+    return {"type": "object", "required": ["type"] if child else ["id", "type"],
+            "properties": {"type": {"enum": [t.name for t in chosen]}},
+            "allOf": [{"if": {"properties": {"type": {"const": t.name}}},
+                       "then": {"$ref": f"#/$defs/{ref}{t.name}"}} for t in chosen]}
 
 
-RECIPE_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://ator.dev/schemas/ator.workflow/v1.json",
-    "title": FORMAT,
-    "type": "object",
-    "required": ["schema", "steps"],
-    "additionalProperties": False,
-    "properties": {
-        "schema": {"const": FORMAT},
-        "description": {"type": "string", "maxLength": 4_000},
-        "input": {"type": "object", "description": "a JSON Schema (2020-12) for the input"},
-        "budget": {"type": "object", "additionalProperties": False, "properties": {
-            "max_steps": {"type": "integer", "minimum": 1},
-            "wall_clock_s": {"type": "number", "exclusiveMinimum": 0}}},
-        "output": {"$ref": "#/$defs/expr"},
-        "on_error": {"enum": ["pause", "fail"]},
-        "steps": {"type": "array", "minItems": 1, "maxItems": 200,
-                  "items": {"$ref": "#/$defs/step"}},
-    },
-    "$defs": {
-        "id": {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,62}$"},
-        "expr": _EXPR,
-        "child": _CHILD,
-        "step": {
-            "type": "object",
-            "required": ["id", "type"],
-            "properties": {"type": {"enum": ["transform", "map", "switch", "wait"]}},
-            "allOf": [
-                {"if": {"properties": {"type": {"const": "transform"}}},
-                 "then": {"$ref": "#/$defs/transform"}},
-                {"if": {"properties": {"type": {"const": "map"}}},
-                 "then": {"$ref": "#/$defs/map"}},
-                {"if": {"properties": {"type": {"const": "switch"}}},
-                 "then": {"$ref": "#/$defs/switch"}},
-                {"if": {"properties": {"type": {"const": "wait"}}},
-                 "then": {"$ref": "#/$defs/wait"}},
-            ],
+def recipe_schema(types: Iterable[StepType]) -> dict[str, Any]:
+    """The published JSON Schema of a recipe whose steps are of `types`."""
+    found = list(types)
+    defs: dict[str, Any] = {"id": {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,62}$"},
+                            "expr": _EXPR, "step": _dispatch(found, False),
+                            "child": _dispatch(found, True)}
+    for t in found:
+        defs[f"s_{t.name}"] = t.schema
+        if t.child_schema is not None:
+            defs[f"c_{t.name}"] = t.child_schema
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://ator.dev/schemas/ator.workflow/v1.json",
+        "title": FORMAT,
+        "type": "object",
+        "required": ["schema", "steps"],
+        "additionalProperties": False,
+        "properties": {
+            "schema": {"const": FORMAT},
+            "description": {"type": "string", "maxLength": 4_000},
+            "input": {"type": "object", "description": "a JSON Schema (2020-12) for the input"},
+            "budget": {"type": "object", "additionalProperties": False, "properties": {
+                "max_steps": {"type": "integer", "minimum": 1},
+                "wall_clock_s": {"type": "number", "exclusiveMinimum": 0},
+                "usd": {"type": "number", "exclusiveMinimum": 0},
+                "idle_s": {"type": "number", "exclusiveMinimum": 0}}},
+            "output": {"$ref": "#/$defs/expr"},
+            "on_error": {"enum": ["pause", "fail"]},
+            "steps": {"type": "array", "minItems": 1, "maxItems": 200,
+                      "items": {"$ref": "#/$defs/step"}},
         },
-        "transform": _step("transform", ["expr"], expr={"$ref": "#/$defs/expr"}),
-        "map": _step("map", ["over", "step"], over={"$ref": "#/$defs/expr"},
-                     step={"$ref": "#/$defs/child"},
-                     concurrency={"type": "integer", "minimum": 1, "maximum": 1_000}),
-        "switch": _step("switch", ["cases"], cases={
-            "type": "array", "minItems": 1, "maxItems": 50, "items": {
-                "type": "object", "required": ["when", "step"], "additionalProperties": False,
-                "properties": {"when": {"$ref": "#/$defs/expr"},
-                               "step": {"$ref": "#/$defs/child"}}}},
-            default={"$ref": "#/$defs/child"}),
-        "wait": {**_step("wait", [], seconds={"type": "number", "minimum": 0,
-                                              "maximum": 31_536_000},
-                         until={"type": "string", "format": "date-time"}),
-                 "oneOf": [{"required": ["seconds"]}, {"required": ["until"]}]},
-    },
-}
-
-_VALIDATOR = Draft202012Validator(RECIPE_SCHEMA)
+        "$defs": defs,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +93,8 @@ class Limits:
 
     max_steps: int
     wall_clock_s: float
+    usd: float = 1e9
+    idle_s: float = 1e9
 
 
 def pointer(path: Iterable[str | int]) -> str:
@@ -136,26 +114,42 @@ def _schema_errors(errors: Iterable[ValidationError], base: list[str | int],
             for e in sorted(errors, key=lambda e: [str(p) for p in e.absolute_path])]
 
 
-def _expressions(recipe: dict[str, Any]) -> Iterator[tuple[list[str | int], str]]:
-    if "output" in recipe:
-        yield ["output"], recipe["output"]
-    for i, step in enumerate(recipe["steps"]):
-        base: list[str | int] = ["steps", i]
-        for key in ("expr", "over"):
-            if key in step:
-                yield [*base, key], step[key]
-        if "step" in step:
-            yield [*base, "step", "expr"], step["step"]["expr"]
-        for j, case in enumerate(step.get("cases", ())):
-            yield [*base, "cases", j, "when"], case["when"]
-            yield [*base, "cases", j, "step", "expr"], case["step"]["expr"]
-        if "default" in step:
-            yield [*base, "default", "expr"], step["default"]["expr"]
+def _walk(types: StepTypes, spec: dict[str, Any], base: list[str | int]
+          ) -> Iterator[tuple[list[str | int], str, str]]:
+    """Every expression and semantic error of a step and its children, at its path:
+    (path, text, kind) with kind `expr` or `error`."""
+    kind = types[spec["type"]]
+    for rel, expr in kind.expressions(spec):
+        yield [*base, *rel], expr, "expr"
+    for rel, why in kind.check(spec):
+        yield [*base, *rel], why, "error"
+    for rel, child in kind.children(spec):
+        yield from _walk(types, child, [*base, *rel])
+
+
+class Recipes:
+    """Checks recipes against the schema of the registry's step types and the operator's
+    ceilings."""
+
+    def __init__(self, types: StepTypes, limits: Limits) -> None:
+        self.types = types
+        self.limits = limits
+        self.schema = recipe_schema(types)
+        self._validator = Draft202012Validator(self.schema)
+
+    def validate(self, recipe: Any) -> dict[str, Any]:
+        """Check a recipe; returns it. Raises ValidationFailed listing each error's pointer."""
+        return _validate(self, recipe)
 
 
 def validate(recipe: Any, limits: Limits) -> dict[str, Any]:
-    """Check a recipe; returns it. Raises ValidationFailed listing each error's pointer."""
-    errors = _schema_errors(_VALIDATOR.iter_errors(recipe), [], "recipe_invalid")
+    """Check a recipe against the built-in types (`Recipes.validate` of a default registry)."""
+    return Recipes(StepTypes(builtin_types()), limits).validate(recipe)
+
+
+def _validate(recipes: Recipes, recipe: Any) -> dict[str, Any]:
+    limits = recipes.limits
+    errors = _schema_errors(recipes._validator.iter_errors(recipe), [], "recipe_invalid")
     if not errors:
         assert isinstance(recipe, dict)
         seen: dict[str, int] = {}
@@ -164,9 +158,14 @@ def validate(recipe: Any, limits: Limits) -> dict[str, Any]:
                 errors.append(_error(["steps", i, "id"], f"step id {step['id']!r} is also "
                                      f"the id of step {seen[step['id']]}", "duplicate_id"))
             seen.setdefault(step["id"], i)
-        for path, expr in _expressions(recipe):
-            if (why := parse_error(expr)) is not None:
-                errors.append(_error(path, why, "expression_invalid"))
+        if "output" in recipe and (why := parse_error(recipe["output"])) is not None:
+            errors.append(_error(["output"], why, "expression_invalid"))
+        for i, step in enumerate(recipe["steps"]):
+            for path, text, what in _walk(recipes.types, step, ["steps", i]):
+                if what == "error":
+                    errors.append(_error(path, text, "step_invalid"))
+                elif (why := parse_error(text)) is not None:
+                    errors.append(_error(path, why, "expression_invalid"))
         if "input" in recipe:
             meta = Draft202012Validator(Draft202012Validator.META_SCHEMA)
             errors += _schema_errors(meta.iter_errors(recipe["input"]), ["input"],
@@ -175,15 +174,21 @@ def validate(recipe: Any, limits: Limits) -> dict[str, Any]:
         if budget.get("max_steps", 0) > limits.max_steps:
             errors.append(_error(["budget", "max_steps"], f"above the operator's ceiling "
                                  f"of {limits.max_steps}", "above_ceiling"))
-        if budget.get("wall_clock_s", 0) > limits.wall_clock_s:
-            errors.append(_error(["budget", "wall_clock_s"], f"above the operator's ceiling "
-                                 f"of {limits.wall_clock_s:g}s", "above_ceiling"))
+        for key, ceiling in (("wall_clock_s", limits.wall_clock_s), ("usd", limits.usd),
+                             ("idle_s", limits.idle_s)):
+            if budget.get(key, 0) > ceiling:
+                errors.append(_error(["budget", key], f"above the operator's ceiling of "
+                                     f"{ceiling:g}", "above_ceiling"))
     if errors:
         first = errors[0]
         raise ValidationFailed(f"the recipe is not valid {FORMAT}: at "
                                f"{first['pointer'] or '/'}: {first['msg']}",
                                code="recipe_invalid", errors=errors)
     return dict(recipe)
+
+
+#: The schema of the built-in step types (what `GET /v1/workflows/schema` serves).
+RECIPE_SCHEMA = recipe_schema(builtin_types())
 
 
 def validate_input(recipe: dict[str, Any], value: Any) -> None:

@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -31,26 +32,36 @@ from ator.store.run_origins import Origin
 from ator.store.scope import Scope
 from ator.store.workflows import NewRun
 from ator.workflows.kinds import wake
-from ator.workflows.recipe import Limits, validate, validate_input
+from ator.workflows.recipe import Limits, Recipes, validate_input
+from ator.workflows.step_types import StepTypes
+from ator.workflows.types import builtin_types
 
 __all__ = ["Workflows"]
 
 
 class Workflows:
     def __init__(self, db: Database, queue: JobQueue, settings: Settings,
-                 coord: Coordinator | None = None) -> None:
+                 coord: Coordinator | None = None, types: StepTypes | None = None) -> None:
         self.db = db
         self.coord = coord  # where a newly published version is announced
         self.queue = queue
         self.settings = settings
         self.limits = Limits(settings.workflow_max_steps_ceiling,
-                             settings.workflow_wall_clock_ceiling)
+                             settings.workflow_wall_clock_ceiling,
+                             usd=settings.workflow_usd_ceiling,
+                             idle_s=settings.workflow_idle_ceiling)
+        self.recipes = Recipes(types or StepTypes(builtin_types()), self.limits)
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The published JSON Schema of a recipe (every registered step type)."""
+        return self.recipes.schema
 
     # Recipes -------------------------------------------------------------------------------
 
     def validate(self, recipe: Any) -> dict[str, Any]:
         """Check a recipe (ValidationFailed `recipe_invalid` with each error's pointer)."""
-        return validate(recipe, self.limits)
+        return self.recipes.validate(recipe)
 
     async def create(self, scope: Scope, name: str) -> Row:
         return await run_store.create_workflow(self.db, scope, name)
@@ -95,7 +106,7 @@ class Workflows:
                     budget: Mapping[str, Any] | None = None,
                     origin: Origin | None = None) -> tuple[Row, bool]:
         """Start a run of a published version (the latest by default): (run, created).
-        `budget` (`max_steps`, `wall_clock_s`) can only lower the recipe's; `origin` (a
+        `budget` (`max_steps`, `wall_clock_s`, `usd`) can only lower the recipe's; `origin` (a
         schedule's tick, a conversation's tool call) is written with the run. Raises
         NotFound, ValidationFailed (`input_invalid`), or Conflict when the key belongs to a
         run of another workflow."""
@@ -112,9 +123,15 @@ class Workflows:
             max_steps = min(max_steps, int(given["max_steps"]))
         if given.get("wall_clock_s") is not None:
             wall_clock = min(wall_clock, float(given["wall_clock_s"]))
+        usd = min(Decimal(str(own.get("usd", s.workflow_usd))),
+                  Decimal(str(s.workflow_usd_ceiling)))
+        if given.get("usd") is not None:
+            usd = min(usd, Decimal(str(given["usd"])))
         new = NewRun(workflow_id=workflow_id, version=pinned["version"], recipe=recipe,
                      input=input, idempotency_key=key, max_steps=max_steps,
-                     wall_clock_s=wall_clock)
+                     wall_clock_s=wall_clock, usd_budget=usd,
+                     idle_s=min(float(own.get("idle_s", s.workflow_idle)),
+                                s.workflow_idle_ceiling))
         async with self.db.begin() as conn:
             run, created = await run_store.start_run(conn, scope, new)
             if created:

@@ -11,8 +11,7 @@ retried by the kernel with backoff; on the last attempt the step fails instead, 
 pauses naming it. A step whose run is paused is handed back
 (`pending`: the reconciler queues it again on resume); one whose run ended is `cancelled`.
 
-Step context: a map's item sees `{input, item, index}`; any other step sees `{input,
-steps}` (the outputs of the run's finished top-level steps, by id).
+What an attempt computes is its step type's `run` (workflows/step_types.py).
 """
 
 from __future__ import annotations
@@ -25,17 +24,24 @@ from ator.jobs import JobContext, JobQueue, LeaseLost
 from ator.store import workflow_steps as step_store
 from ator.store import workflows as run_store
 from ator.store.database import Connection, Database
-from ator.store.workflow_steps import ClaimedStep
+from ator.store.workflow_steps import ClaimedStep, Spent
 from ator.store.workflows import TERMINAL
 from ator.workflows.expressions import ExpressionError, Expressions, encode
 from ator.workflows.kinds import wake
+from ator.workflows.step_types import Attempt, StepError, StepTypes
 
 __all__ = ["StepRunner"]
 
 
+def _spent(attempt: Attempt) -> Spent | None:
+    return Spent(attempt.usage, attempt.cost_usd) if attempt.usage or attempt.cost_usd else None
+
+
 class StepRunner:
-    def __init__(self, db: Database, queue: JobQueue, expressions: Expressions) -> None:
+    def __init__(self, db: Database, queue: JobQueue, expressions: Expressions,
+                 types: StepTypes) -> None:
         self.db = db
+        self.types = types
         self.queue = queue
         self.expressions = expressions
 
@@ -45,10 +51,11 @@ class StepRunner:
         if step is None:
             await self._not_runnable(ctx, step_id)
             return
+        attempt = Attempt(self.db, ctx.scope, step, ctx, self.expressions)
         try:
-            output = encode(await self._compute(step)).decode()
-        except ExpressionError as exc:  # deterministic: another attempt would fail alike
-            await self._failed(ctx, step, exc.message)
+            output = encode(await self.types[step.spec["type"]].run(attempt)).decode()
+        except (ExpressionError, StepError) as exc:  # deterministic: would fail alike again
+            await self._failed(ctx, step, exc.message, exc.code, _spent(attempt))
             return
         except (asyncio.CancelledError, LeaseLost):
             raise
@@ -58,34 +65,27 @@ class StepRunner:
             # The last attempt: the step fails (the run pauses naming it) rather than
             # leaving it running under a dead job.
             await self._failed(ctx, step, f"{type(exc).__name__}: {exc} (after "
-                                          f"{ctx.attempt} attempts)")
+                                          f"{ctx.attempt} attempts)", None, _spent(attempt))
             return
         size = len(output.encode())
         async with self.db.begin() as conn:
             # Step row, then run row (the event bumps `changes`), then the wake: the order
             # the reconciler's release relies on (store/workflows.py).
-            if await step_store.complete(conn, step, output, size, run_store.preview(output)):
+            if await step_store.complete(conn, step, output, size, run_store.preview(output),
+                                         _spent(attempt)):
                 await run_store.add_event(conn, step.run_id, "step_done", {
                     "step": step.path, "attempt": step.attempt, "size": size}, bump=True)
                 await wake(self.queue, conn, ctx.scope, step.run_id)
             await ctx.complete(conn)
 
-    async def _failed(self, ctx: JobContext, step: ClaimedStep, error: str) -> None:
+    async def _failed(self, ctx: JobContext, step: ClaimedStep, error: str, code: str | None,
+                      spent: Spent | None) -> None:
         async with self.db.begin() as conn:
-            if await step_store.fail_attempt(conn, step, error):
+            if await step_store.fail_attempt(conn, step, error, code, spent):
                 await run_store.add_event(conn, step.run_id, "step_failed", {
                     "step": step.path, "attempt": step.attempt, "error": error}, bump=True)
                 await wake(self.queue, conn, ctx.scope, step.run_id)
             await ctx.complete(conn)
-
-    async def _compute(self, step: ClaimedStep) -> Any:
-        if isinstance(step.input, dict) and "item" in step.input:
-            data: dict[str, Any] = {"input": step.run_input, "item": step.input["item"],
-                                    "index": step.input.get("index")}
-        else:
-            data = {"input": step.run_input,
-                    "steps": await step_store.top_outputs(self.db, step.run_id)}
-        return await self.expressions.evaluate(step.spec["expr"], data)
 
     async def _not_runnable(self, ctx: JobContext, step_id: UUID) -> None:
         async with self.db.begin() as conn:
