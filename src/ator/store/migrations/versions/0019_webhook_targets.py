@@ -17,7 +17,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 revision = "0019"
-down_revision = "0014"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

@@ -16,7 +16,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 revision = "0021"
-down_revision = "0014"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 

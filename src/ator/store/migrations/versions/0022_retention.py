@@ -14,7 +14,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 revision = "0022"
-down_revision = "0014"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
