@@ -268,3 +268,18 @@ async def test_an_org_that_gates_mcp_writes_holds_a_real_mcp_tool_without_read_o
         assert state.calls == {"echo": 1, "write": 1}
         assert "wrote v" in str(results(agents.requests[-1]))
         assert_every_tool_use_answered(agents)
+
+
+async def test_the_setup_policy_refuses_a_bad_approve_list_or_timeout(make_ator) -> None:
+    async with make_ator(providers={"agents": agents_for_bank()}, engine=False) as a:
+        scope = Scope((await a.create_org("policy")).id)
+        for policy in ({"approve": "transfer"}, {"approve": ["bad name"]},
+                       {"approve_timeout": 0}, {"approve_timeout": 31 * 86_400},
+                       {"approve_later": []}):
+            with pytest.raises(ValidationFailed) as refused:
+                await a.create_setup(scope, name="s", provider="agents", model="scripted",
+                                     tool_policy=policy)
+            assert refused.value.code == "invalid_tool_policy", policy
+        ok = await a.create_setup(scope, name="s", provider="agents", model="scripted",
+                                  tool_policy={"approve": ["docs__*"], "approve_timeout": 60})
+        assert ok.tool_policy["approve"] == ["docs__*"]

@@ -119,7 +119,7 @@ export function Footer(props: { data: any; threadId: string }) {
       {d.error && <span class="error">{d.error}</span>}
       {held.length > 0 && (
         <Link to="/approvals" testid="held-link">
-          {held.map((h) => h.name).join(", ")} awaits a person's approval
+          {held.map((h) => h.name).join(", ")} held for a person's approval
         </Link>
       )}
       {turnActions.map((a) => (
