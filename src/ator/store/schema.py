@@ -59,6 +59,7 @@ __all__ = [
     "workflow_events",
     "workflow_runs",
     "workflow_steps",
+    "workflow_threads",
     "workflow_versions",
     "workflows",
 ]
@@ -693,6 +694,12 @@ workflow_runs = sa.Table(
     sa.Column("created_by", UUID(as_uuid=True), nullable=True),
     _created(),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    # migration 0015: the usd budget and what the run's agent steps spent; the no-progress
+    # clock (idle_s from the last progress)
+    sa.Column("usd_budget", sa.Numeric(18, 6), nullable=True),
+    sa.Column("spent_usd", sa.Numeric(18, 6), nullable=False, server_default="0"),
+    sa.Column("idle_s", sa.Float, nullable=True),
+    sa.Column("progress_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
     sa.CheckConstraint("status in ('running','paused','succeeded','failed','cancelled')",
                        name="ck_workflow_runs_status"),
     sa.Index("uq_workflow_runs_key", "org_id", "idempotency_key", unique=True,
@@ -722,11 +729,31 @@ workflow_steps = sa.Table(
     sa.Column("wake_at", sa.DateTime(timezone=True), nullable=True),
     _created(),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    # migration 0015: an agent step's usage and cost, a failed step's typed code
+    sa.Column("usage", JSONB, nullable=True),
+    sa.Column("cost_usd", sa.Numeric(18, 6), nullable=False, server_default="0"),
+    sa.Column("error_code", sa.Text, nullable=True),
     sa.UniqueConstraint("run_id", "path", name="uq_workflow_steps_path"),
     sa.CheckConstraint(
         "status in ('pending','queued','running','waiting','done','failed','skipped',"
         "'cancelled')", name="ck_workflow_steps_status"),
     sa.Index("ix_workflow_steps_parent", "parent_id", "status", "position"),
+)
+
+# The hidden thread of each agent step (store/workflow_threads.py): one per step, whatever
+# its attempts; a run's spend is its threads' turns' spend.
+workflow_threads = sa.Table(
+    "workflow_threads",
+    metadata,
+    sa.Column("step_id", UUID(as_uuid=True),
+              sa.ForeignKey("workflow_steps.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("run_id", UUID(as_uuid=True),
+              sa.ForeignKey("workflow_runs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("org_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("thread_id", UUID(as_uuid=True),
+              sa.ForeignKey("threads.id", ondelete="CASCADE"), nullable=False),
+    sa.UniqueConstraint("thread_id", name="uq_workflow_threads_thread"),
+    sa.Index("ix_workflow_threads_run", "run_id"),
 )
 
 workflow_attempts = sa.Table(
