@@ -116,3 +116,15 @@ async def test_an_embeddings_endpoint_through_the_egress_guard(
     await refused.aclose()
     assert caught.value.code == "embedding_failed" and caught.value.status == 502
     assert len(served.seen) == 2  # the refused request never reached the server
+
+
+def test_the_knowledge_package_exports_what_it_names() -> None:
+    import ator.knowledge
+
+    assert sorted(ator.knowledge.__all__) == [
+        "CONTENT_TYPES", "Document", "Embedder", "EmbeddingFailed", "EndpointEmbedder",
+        "HashingEmbedder", "Knowledge", "KnowledgeExtension", "Page", "Query", "SearchResult",
+        "Snippet", "VectorState", "WordLlamaEmbedder", "embedder_from_settings",
+        "read_versions", "vector_support"]
+    for name in ator.knowledge.__all__:
+        assert hasattr(ator.knowledge, name), name

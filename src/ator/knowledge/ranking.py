@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
-
-import bm25s
-from bm25s.tokenization import Tokenizer
 
 from ator.knowledge.chunking import indexed_text
 from ator.store.knowledge import Chunk
+
+if TYPE_CHECKING:
+    from bm25s.tokenization import Tokenizer
 
 __all__ = ["RRF_K", "Bm25Index", "fuse"]
 
@@ -38,7 +39,7 @@ class Bm25Index:
     generation: int
     ids: tuple[UUID, ...]
     tokenizer: Tokenizer | None
-    retriever: bm25s.BM25 | None
+    retriever: Any  # bm25s.BM25 (imported on the first build: ~0.1 s, with numpy)
 
     @classmethod
     def build(cls, generation: int, chunks: Sequence[Chunk]) -> Bm25Index:
@@ -46,6 +47,9 @@ class Bm25Index:
         worker thread."""
         if not chunks:
             return cls(generation, (), None, None)
+        import bm25s
+        from bm25s.tokenization import Tokenizer
+
         tokenizer = Tokenizer(stopwords="en", lower=True)
         tokens = tokenizer.tokenize([indexed_text(c.title, c.section, c.text) for c in chunks],
                                     return_as="ids", update_vocab=True, show_progress=False)
