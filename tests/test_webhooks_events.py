@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from ator.engine.approvals import Approvals
 from ator.errors import ConfigError
+from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store import webhooks as hook_store
 from ator.store import workflows as run_store
 from ator.store.scope import Scope
@@ -65,6 +67,30 @@ async def test_budget_reached_comes_with_the_turn_that_ended_on_its_budget(
         await receiver.wait_for("/done-turns", 1)
         # Both events of a turn are written by its one final statement: none came.
         assert receiver.at("/done-budget") == []
+
+
+async def test_approval_requested_comes_with_the_turn_that_ended_waiting(
+        make_ator: Any, receiver: Receiver) -> None:
+    calls = ScriptedProvider([ScriptStep(tool_calls=[("calculator", {"expression": "2 + 2"})]),
+                              ScriptStep(text="four")])
+    async with make_ator(providers={"s": calls}, **FAST) as ator:
+        await ator.start_jobs()
+        org = await ator.create_org(f"wh-{uuid.uuid4().hex[:6]}")
+        scope = Scope(org.id)
+        setup = await ator.create_setup(scope, name="gated", provider="s", model="scripted",
+                                        tool_policy={"approve": ["calculator"]})
+        thread = await ator.create_thread(scope, setup.id)
+        _, secret = await ator.service(Webhooks).create_endpoint(
+            scope, url=receiver.url("/asks"), event_types=["approval.requested"])
+        await ator.submit(scope, thread.id, "what is 2 + 2?")
+        end = await wait_for_event(ator, scope, thread.id, ended)
+        assert end.data["status"] == "waiting", end.data
+        [asked] = bodies(await receiver.wait_for("/asks", 1), secret)
+        assert asked["type"] == "approval.requested"
+        assert asked["data"]["turn_id"] == str(end.turn_id)
+        assert asked["data"]["thread_id"] == str(thread.id)
+        pending = await ator.service(Approvals).pending(scope)
+        assert [(a.name, a.turn_id) for a in pending.actions] == [("calculator", end.turn_id)]
 
 
 WAITING = {"schema": "ator.workflow/v1", "steps": [{"id": "w", "type": "wait", "seconds": 3600}]}
@@ -143,15 +169,15 @@ async def test_an_extension_registers_an_event_type_in_one_line(
     async with make_ator(**FAST) as ator:
         await ator.start_jobs()
         types = ator.service(EventTypes)
-        types.register(EventType("approval.requested", "A tool call awaits a decision."))
+        types.register(EventType("memo.filed", "A memo was filed (a type of the test's own)."))
         with pytest.raises(ConfigError):
-            types.register(EventType("approval.requested", "twice"))
+            types.register(EventType("memo.filed", "twice"))
         scope = Scope((await ator.create_org(f"wh-{uuid.uuid4().hex[:6]}")).id)
         _, secret = await ator.service(Webhooks).create_endpoint(
-            scope, url=receiver.url("/approvals"), event_types=["approval.requested"])
+            scope, url=receiver.url("/approvals"), event_types=["memo.filed"])
         async with ator.db.begin() as conn:
-            assert await hook_store.emit(conn, scope.org_id, "approval.requested", {"call": 1})
+            assert await hook_store.emit(conn, scope.org_id, "memo.filed", {"call": 1})
             assert not await hook_store.emit(conn, scope.org_id, "run.ended", {})  # unwanted
         [body] = bodies(await receiver.wait_for("/approvals", 1), secret)
-        assert body == {"type": "approval.requested", "timestamp": body["timestamp"],
+        assert body == {"type": "memo.filed", "timestamp": body["timestamp"],
                         "data": {"call": 1}}

@@ -9,7 +9,8 @@ the `Approvals` service and its expiry job kind.
 Where a held call is written: `ApprovalGate.hold` returns the step's holds, the first
 carrying one `PendingActions` part for all of them; the step writer joins it to the
 statement that persists the step and ends the turn `waiting`. A feature that must report
-the same moment (an `approval.requested` outbox row) adds its part next to it, in `_parts`.
+the same moment adds its part next to it, in `_parts` (the `approval.requested` webhook
+needs none: it is written with the turn's end, by webhooks' own turn end).
 """
 
 from __future__ import annotations

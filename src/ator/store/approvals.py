@@ -6,7 +6,7 @@ kind) with its validated arguments. Where it is written:
 
 - inside a turn, by the statement that persists the step and ends the turn `waiting`
   (`PendingActions`, a step part: one part for all the step's held calls, with their expiry
-  jobs) — an outbox part (`approval.requested`) joins that same statement;
+  jobs) — the `approval.requested` webhook is written by that same statement (webhooks' turn end);
 - outside a turn (the MCP gateway), by `create` (one statement, with its expiry job).
 
 Every decision is one conditional `UPDATE … WHERE status = 'pending'`: exactly one decider

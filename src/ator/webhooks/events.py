@@ -26,6 +26,8 @@ class EventType:
 CATALOG = (
     EventType("turn.ended", "A turn ended (any status), with its usage and cost."),
     EventType("budget.reached", "A turn ended because a budget or spending cap was reached."),
+    EventType("approval.requested", "A turn ended waiting: tool calls it made await a "
+                                    "person's decision (GET /v1/approvals)."),
     EventType("run.ended", "A workflow run ended: succeeded, failed or cancelled."),
     EventType("analysis.generated", "An analysis was stored (its kind's `<kind>_generated`), "
                                     "with its output, verdict, model and cost."),

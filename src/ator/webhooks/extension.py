@@ -1,8 +1,9 @@
 """Webhooks as an extension of the engine (layer: webhooks; imports agent.extension, jobs,
 net, store.webhooks, workflows.expressions, webhooks.*).
 
-What it contributes: a turn end (`TurnEnded`: the `turn.ended` event, and `budget.reached`
-when the turn ended on a budget, with their fan-out jobs in the turn's final statement),
+What it contributes: a turn end (`TurnEnded`: the `turn.ended` event, `budget.reached` when
+the turn ended on a budget and `approval.requested` when it ended `waiting` on tool calls
+held for a person, with their fan-out jobs in the turn's final statement),
 three job kinds (`webhooks.dispatch`, `webhooks.deliver`, `webhooks.inbound`) and three
 services: `Webhooks` (outbound endpoints, deliveries, replay), `InboundHooks` (receiving
 endpoints) and `EventTypes` (the types endpoints may filter on). Its HTTP client and its
@@ -43,6 +44,9 @@ class TurnEnded(TurnEnd):
         events = [("turn.ended", envelope("turn.ended", data))]
         if finish.status == "budget":
             events.append(("budget.reached", envelope("budget.reached", data)))
+        if finish.status == "waiting":  # calls held for a person: the turn ends with them
+            events.append(("approval.requested", envelope("approval.requested", {
+                **data, "approvals": "/v1/approvals"})))
         return [TurnOutbox(tuple(events))]
 
     async def committed(self, turn: TurnContext, write: turn_store.StepWrite) -> None:
