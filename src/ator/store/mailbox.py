@@ -130,7 +130,9 @@ async def notify(db: Database, scope: Scope, thread_id: UUID, *, claim: str,
     rows = await db.fetch(_SUBMIT, {"id": uuid.uuid4(), "org_id": scope.org_id,
                                     "thread_id": thread_id, "cmid": claim,
                                     "kind": "notification", "sender": None,
-                                    "content": jsonenc.dumps(content)}, write=True)
+                                    "content": jsonenc.dumps(content),
+                                    # the job's span (its enqueuer's trace) goes on there
+                                    "traceparent": tracing.traceparent()}, write=True)
     return bool(rows)
 
 

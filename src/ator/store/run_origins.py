@@ -29,7 +29,6 @@ from ator.store.scope import Scope
 __all__ = ["NOTIFY_KIND", "Origin", "active_of_schedule", "by_call", "ended", "get", "insert"]
 
 NOTIFY_KIND = "workflow.notify"  # registered by workflows/extension.py
-ENDED = frozenset({"run_succeeded", "run_failed", "run_cancelled"})
 
 
 @dataclass(frozen=True, slots=True)

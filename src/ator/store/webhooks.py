@@ -31,7 +31,6 @@ from ator.store.scope import Scope
 
 __all__ = [
     "DISPATCH",
-    "RUN_ENDED",
     "Attempt",
     "Delivery",
     "Endpoint",
@@ -63,7 +62,6 @@ __all__ = [
 DISPATCH = "webhooks.dispatch"
 DISPATCH_ATTEMPTS = 10
 #: A workflow run's end events (store.workflows.add_event), each a `run.ended`.
-RUN_ENDED = frozenset({"run_succeeded", "run_failed", "run_cancelled"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
 
 __all__ = [
+    "ENDED",
     "PREVIEW_BYTES",
     "PROGRESS",
     "NewRun",
@@ -44,6 +45,8 @@ __all__ = [
 
 PREVIEW_BYTES = 2048
 TERMINAL = ("succeeded", "failed", "cancelled")
+#: The events that end a run: each tells its origin and writes its `run.ended` webhook.
+ENDED = frozenset({"run_succeeded", "run_failed", "run_cancelled"})
 #: Events that count as progress (the no-progress close measures from the last one).
 PROGRESS = frozenset({"run_started", "run_resumed", "step_done", "step_failed"})
 
@@ -240,9 +243,8 @@ async def add_event(conn: Connection, run_id: UUID, kind: str, data: dict[str, A
     seq = int((await conn.execute(_EVENT, {"run_id": run_id, "kind": kind, "data": dumps(data),
                                            "bump": 1 if bump else 0,
                                            "progress": kind in PROGRESS})).one()["seq"])
-    if kind in run_origins.ENDED:
+    if kind in ENDED:
         await run_origins.ended(conn, run_id)
-    if kind in webhooks.RUN_ENDED:
         await webhooks.run_ended(conn, run_id, kind, data)
     return seq
 
