@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from ator import Ator
+from ator.security.redact import scrub_urls
 from ator.store import threads as thread_store
 from ator.store import webhook_inbound as store
 from ator.store.scope import Scope
@@ -130,6 +131,9 @@ async def test_a_token_in_the_path_and_a_size_limit(make_ator: Any) -> None:
         assert made.json()["url"] == f"/v1/hooks/{hook}/{token}" and "secret" not in made.json()
         shown = (await client.get(f"/v1/webhooks/inbound/{hook}", headers=auth(a))).json()
         assert token not in json.dumps(shown)
+        # The token is a secret: an access log line of the request does not keep it.
+        logged = scrub_urls(f'127.0.0.1:5 - "POST /v1/hooks/{hook}/{token} HTTP/1.1" 202')
+        assert token not in logged and f"/v1/hooks/{hook}/[redacted]" in logged
         body = b'{"what": "disk full"}'
         for path in (f"/v1/hooks/{hook}", f"/v1/hooks/{hook}/{token[:-1]}x"):
             refused = await client.post(path, content=body)
