@@ -16,7 +16,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from ator.errors import ConfigError
-from ator.store import webhooks as hook_store
+from ator.store import webhook_outbox as hook_store
 from ator.store import workflows as run_store
 from ator.store.scope import Scope
 from ator.webhooks import EventType, EventTypes, Webhooks

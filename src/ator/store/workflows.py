@@ -29,7 +29,7 @@ from uuid import UUID, uuid4
 import sqlalchemy as sa
 
 from ator.errors import Conflict
-from ator.store import webhooks
+from ator.store import webhook_outbox as webhooks
 from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
 
