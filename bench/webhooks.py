@@ -87,7 +87,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def emit(ator: Any, org_id: uuid.UUID, count: int, per_tx: int,
                commits: dict[str, float], rate: float | None) -> None:
-    from ator.store import webhooks as store
+    from ator.store import webhook_outbox as store
 
     started = time.monotonic()
     sent = 0

@@ -18,7 +18,7 @@ from ator import Ator
 from ator.errors import NotFound, ValidationFailed
 from ator.store import turns as turn_store
 from ator.store.scope import Scope
-from ator.store.webhooks import TurnOutbox
+from ator.store.webhook_outbox import TurnOutbox
 from ator.webhooks import Webhooks
 from tests.conftest import ended, new_thread, wait_for_event
 from tests.webhook_kit import FAST, scripted, until

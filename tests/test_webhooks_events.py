@@ -18,7 +18,7 @@ from standardwebhooks.webhooks import Webhook
 from ator.engine.approvals import Approvals
 from ator.errors import ConfigError
 from ator.providers.scripted import ScriptedProvider, ScriptStep
-from ator.store import webhooks as hook_store
+from ator.store import webhook_outbox as hook_store
 from ator.store import workflows as run_store
 from ator.store.scope import Scope
 from ator.webhooks import EventType, EventTypes, Webhooks

@@ -8,6 +8,7 @@ reach one thread once one starts; a run the recipe refuses is kept and replays o
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 
 from ator import Ator
+from ator.security.redact import scrub_urls
 from ator.store import threads as thread_store
 from ator.store import webhook_inbound as store
 from ator.store.scope import Scope
@@ -130,6 +132,9 @@ async def test_a_token_in_the_path_and_a_size_limit(make_ator: Any) -> None:
         assert made.json()["url"] == f"/v1/hooks/{hook}/{token}" and "secret" not in made.json()
         shown = (await client.get(f"/v1/webhooks/inbound/{hook}", headers=auth(a))).json()
         assert token not in json.dumps(shown)
+        # The token is a secret: an access log line of the request does not keep it.
+        logged = scrub_urls(f'127.0.0.1:5 - "POST /v1/hooks/{hook}/{token} HTTP/1.1" 202')
+        assert token not in logged and f"/v1/hooks/{hook}/[redacted]" in logged
         body = b'{"what": "disk full"}'
         for path in (f"/v1/hooks/{hook}", f"/v1/hooks/{hook}/{token[:-1]}x"):
             refused = await client.post(path, content=body)
@@ -273,3 +278,25 @@ async def test_a_workflow_run_per_key_and_a_refused_input_replays(make_ator: Any
         listed = (await client.get(f"/v1/webhooks/inbound/{made['id']}/received",
                                    headers=auth(a))).json()["data"]
         assert len(listed) == 6 and "body" not in listed[0]
+
+
+async def test_ten_requests_with_one_key_at_once_reach_one_thread(make_ator: Any) -> None:
+    async with operator_client(make_ator, **SETTINGS) as (client, operator, runtime):
+        org_id, a = await org_admin(client, operator)
+        setup_id = await a_setup(client, a)
+        made = (await client.post("/v1/webhooks/inbound", headers=auth(a), json={
+            "name": "burst", "mapping": {"to": "thread", "setup_id": setup_id,
+                                         "key": "'same'", "text": '"note " & $string(n)'}})
+                ).json()
+        sends = [signed(made["secret"], f"msg_same_{n}", {"n": n}) for n in range(10)]
+        answers = await asyncio.gather(*(client.post(f"/v1/hooks/{made['id']}", content=body,
+                                                     headers=headers)
+                                         for body, headers in sends))
+        assert [r.status_code for r in answers] == [202] * 10
+        await runtime.start_jobs()  # ten jobs queued at once, taken together by one worker
+        rows = [await delivered(runtime, org_id, r.json()["id"]) for r in answers]
+        assert {r.status for r in rows} == {"delivered"}
+        assert len({r.result["thread_id"] for r in rows if r.result}) == 1
+        threads = await thread_store.list_threads(runtime.db, Scope(uuid.UUID(org_id)),
+                                                  setup_id=uuid.UUID(setup_id))
+        assert len(threads) == 1

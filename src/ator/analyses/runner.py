@@ -1,5 +1,5 @@
 """Running one analysis: the job handler of `analyses.run` (layer: analyses; imports
-ator.jobs, ator.store, ator.webhooks.delivery, ator.analyses.*).
+ator.jobs, ator.store, ator.analyses.*).
 
 A message is `{kind, target, origin, options, then, org}`; the job adds `attempt` and
 `request_id` (the worker sets the request id and the org in the logging context, so every
@@ -42,7 +42,7 @@ from ator.obs.logging import get_logger
 from ator.store import analyses as store
 from ator.store import jobs as job_store
 from ator.store import mailbox
-from ator.store import webhooks as webhook_store
+from ator.store import webhook_outbox as webhook_store
 from ator.store.analyses import Analysis, NewAnalysis
 from ator.store.database import Connection, Database
 from ator.store.jobs import NewJob

@@ -67,6 +67,8 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # follows ?, & or ; (a URL's query, also a bare path's as in an access log line).
 _TEXT_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#\s\"'<>]+@")
 _TEXT_PARAM = re.compile(r"([?&;#]([A-Za-z0-9_.%\-]{1,100})=)([^&;#\s\"'<>]*)")
+# An inbound webhook's token is the last segment of its path (`/v1/hooks/{id}/{token}`).
+_HOOK_TOKEN = re.compile(r"(/v1/hooks/[0-9A-Fa-f-]{36}/)[^/?#\s\"'<>]+")
 
 
 def is_secret_key(key: str) -> bool:
@@ -116,10 +118,13 @@ def url_credential(value: str) -> str | None:
 
 
 def scrub_urls(text: str) -> str:
-    """`text` (a log line) with the userinfo of every URL and the value of every
-    credential-named query parameter replaced by `[redacted]`."""
+    """`text` (a log line) with the userinfo of every URL, the value of every
+    credential-named query parameter and an inbound webhook's path token replaced by
+    `[redacted]`."""
     if "@" in text:
         text = _TEXT_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    if "/v1/hooks/" in text:
+        text = _HOOK_TOKEN.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
     if "=" in text:
         text = _TEXT_PARAM.sub(
             lambda m: f"{m.group(1)}{REDACTED}"

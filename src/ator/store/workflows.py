@@ -30,7 +30,8 @@ from uuid import UUID, uuid4
 import sqlalchemy as sa
 
 from ator.errors import Conflict
-from ator.store import run_origins, webhooks
+from ator.store import run_origins
+from ator.store import webhook_outbox as webhooks
 from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
 

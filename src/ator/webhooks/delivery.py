@@ -38,10 +38,11 @@ from ator.jobs import JobContext, JobKind, JobQueue, Retry
 from ator.net import Egress
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
+from ator.store import webhook_outbox as outbox
 from ator.store import webhooks as store
 from ator.store.database import Connection, Database
 from ator.store.scope import Scope
-from ator.store.webhooks import DISPATCH, DISPATCH_ATTEMPTS
+from ator.store.webhook_outbox import DISPATCH, DISPATCH_ATTEMPTS
 from ator.webhooks.signing import sign
 
 __all__ = ["DELIVER", "DISPATCH", "Deliverer", "disabled", "secret_context"]
@@ -57,7 +58,7 @@ def secret_context(org_id: UUID) -> str:
 
 async def disabled(conn: Connection, scope: Scope, endpoint: store.Endpoint) -> None:
     """Tell the org (its other endpoints) that `endpoint` was just disabled."""
-    await store.emit(conn, scope.org_id, "endpoint.disabled", {
+    await outbox.emit(conn, scope.org_id, "endpoint.disabled", {
         "org_id": str(scope.org_id), "endpoint_id": str(endpoint.id), "url": endpoint.url,
         "reason": endpoint.disabled_reason,
         "disabled_at": endpoint.disabled_at.isoformat() if endpoint.disabled_at else None})

@@ -20,7 +20,7 @@ from ator.agent.state import TurnContext, TurnState
 from ator.jobs import JobKinds, JobQueue
 from ator.net import Egress
 from ator.store import turns as turn_store
-from ator.store.webhooks import TurnOutbox, envelope
+from ator.store.webhook_outbox import TurnOutbox, envelope
 from ator.webhooks.delivery import Deliverer
 from ator.webhooks.events import EventTypes
 from ator.webhooks.inbound import InboundHooks
