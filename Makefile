@@ -10,7 +10,7 @@ WEB_DIST := src/ator/web/dist/index.html
 WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/index.html web/package.json \
 	web/package-lock.json web/vite.config.ts web/tsconfig.json
 
-.PHONY: install demo test lint bench serve clean real-cli
+.PHONY: install demo test faults lint bench serve clean real-cli
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,7 +27,11 @@ demo: install
 	$(BIN)/ator demo
 
 test: install
-	$(BIN)/pytest
+	$(BIN)/pytest --ignore=tests/faults
+
+# The fault suite (tests/faults): faults injected while conversations are in flight.
+faults: install
+	$(BIN)/pytest tests/faults -s
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench lint

@@ -183,6 +183,8 @@ async def test_consumed_mailbox_items_and_unused_archived_setups_age_out(make_at
         await ator.ask(scope, thread.id, "hi", timeout=30)
         await ator.archive_setup(scope, used.id)
         await ator.archive_setup(scope, unused.id)
+    # No engine from here: no reaper's sweep turns the pending item below into a turn.
+    async with make_ator(providers={"h": Honest()}, engine=False) as ator:
         # One consumed item 8 days old and one pending (never aged out).
         await ator.db.write(sa.text(
             "UPDATE mailbox SET created_at = now() - interval '8 days' WHERE thread_id = :t"),
@@ -312,3 +314,33 @@ async def test_the_retention_routes_by_role_and_org(make_ator) -> None:
                                  headers=auth(keys["b", "admin"]))
         assert (other.status_code, other.json()["code"]) == (404, "not_found")
         assert (await client.get("/v1/org/purges", headers=a)).json() == {"data": []}
+
+
+async def test_an_idle_threads_events_go_under_the_events_policy_and_its_money_stays(
+        make_ator) -> None:
+    async with make_ator(providers={"h": Honest()}) as ator:
+        scope = Scope((await ator.create_org("idle")).id)
+        setup = await ator.create_setup(scope, name="s", provider="h", model=MODEL)
+        idle = await ator.create_thread(scope, setup.id)
+        busy = await ator.create_thread(scope, setup.id)
+        for thread in (idle, busy):
+            await ator.ask(scope, thread.id, "hi", timeout=30)
+            await _hang_off(ator, scope, thread.id)
+        await ator.db.write(sa.text(
+            "UPDATE events SET created_at = now() - interval '40 days' WHERE thread_id = :t"),
+            {"t": idle.id})
+        usage_before = await _usage(ator, scope)
+        busy_before = await _rows_of(ator, [busy.id])
+        retention = ator.service(Retention)
+        await retention.set_policy(scope, {"events_days": 30})
+        report = await retention.purge_now(scope)
+        after = await _rows_of(ator, [idle.id])
+        assert after["events"] == 0 and after["tool_results"] == 0
+        assert after["turns"] == 1 and after["model_calls"] == 1 and after["threads"] == 1
+        meta = (await ator.db.read(sa.text(
+            "SELECT request_meta FROM model_calls WHERE thread_id = :t"), {"t": idle.id}))
+        assert meta[0].request_meta == {}
+        assert report.rows["events"] > 0
+        assert await _rows_of(ator, [busy.id]) == busy_before
+        assert await _usage(ator, scope) == usage_before
+        assert "events" in {a.what for a in await retention.audit(scope)}
