@@ -14,7 +14,7 @@ import pytest
 
 from ator import Ator, Scope
 from ator.api.app import create_app
-from ator.workflows import Workflows
+from ator.workflows import RunEvents, Workflows
 from tests.realtime_util import Client, member_key, serve
 
 MAP = {"schema": "ator.workflow/v1", "steps": [
@@ -91,3 +91,31 @@ async def test_a_runs_room_replays_then_follows_it_live_exactly_once(server: Any
             await again.sio.disconnect()
     finally:
         await watcher.sio.disconnect()
+
+
+async def test_a_readers_wake_reads_every_commit_since_in_one_batch(make_ator: Any) -> None:
+    """Many commits while a reader is busy become one read: 40 pause/resume commits (one
+    event each) made while the reader holds its first batch come as one batch, in order."""
+    async with make_ator(job_poll_interval=0.05) as ator:
+        org = await ator.create_org(f"runs-{uuid.uuid4().hex[:6]}")
+        scope = Scope(org.id)
+        flows = ator.service(Workflows)
+        wf = await flows.create(scope, "slow")
+        await flows.publish(scope, wf["id"], {"schema": "ator.workflow/v1", "steps": [
+            {"id": "w", "type": "wait", "seconds": 3600}]})
+        run, _ = await flows.start(scope, wf["id"], {})
+        events = ator.service(RunEvents)
+        reader = events.follow(scope, run["id"], after_seq=0, recheck=30)
+        try:
+            first = await anext(reader)
+            assert first is not None and [r["kind"] for r in first] == ["run_started"]
+            for _ in range(20):  # the reader is not reading: these pile up
+                await flows.pause(scope, run["id"])
+                await flows.resume(scope, run["id"])
+            batch = await anext(reader)
+            assert batch is not None
+            assert [r["kind"] for r in batch] == ["run_paused", "run_resumed"] * 20
+            assert [r["seq"] for r in batch] == list(range(2, 42))
+        finally:
+            await reader.aclose()
+            await flows.cancel(scope, run["id"])

@@ -30,6 +30,15 @@ def tool_results(request: ModelRequest) -> list[str]:
             if b.get("type") == "tool_result"]
 
 
+def unanswered_calls(request: ModelRequest) -> list[str]:
+    """Tool calls the request carries without their result (there must be none)."""
+    used = [b["id"] for m in request.messages for b in m["content"]
+            if b.get("type") == "tool_use"]
+    answered = {b.get("tool_use_id") for m in request.messages for b in m["content"]
+                if b.get("type") == "tool_result"}
+    return [u for u in used if u not in answered]
+
+
 def last_user_text(request: ModelRequest) -> str:
     for block in request.messages[-1]["content"]:
         if block.get("type") == "text":
@@ -89,7 +98,10 @@ async def test_an_agent_starts_a_workflow_and_gets_its_result_once_in_a_later_tu
         assert "42" in data["text"]
         runs = await ator.service(Workflows).runs(scope)
         assert len(runs) == 1 and runs[0]["max_steps"] == 5  # the call lowered the budget
-        assert str(runs[0]["id"]) in tool_results(agents.requests[1])[0]
+        # The tool's result named the run (whichever request carried it back).
+        carried = [t for r in agents.requests for t in tool_results(r)]
+        assert any(str(runs[0]["id"]) in t for t in carried), carried
+        assert [unanswered_calls(r) for r in agents.requests] == [[]] * len(agents.requests)
         reading = [r for r in agents.requests if results_in(r)]
         assert len(results_in(reading[0])) == 1
         wrapped = last_user_text(reading[0])

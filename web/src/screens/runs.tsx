@@ -147,10 +147,16 @@ function Panel(props: { runId: string; step: Step | undefined; id: string; count
     setError("");
   }, [props.id]);
   if (!step) return <aside class="card step-panel" data-testid="step-panel">Step <strong>{props.id}</strong> has not started.</aside>;
-  const load = () =>
-    api("GET", `/v1/runs/${props.runId}/steps/${step.id}`)
-      .then(setFull)
-      .catch((e) => setError(explain(e)));
+  // A step first seen in an event has no id yet: it is looked up when asked for, not before.
+  const load = async () => {
+    try {
+      const id = step.id || (await allSteps(props.runId)).find((s) => s.path === step.path)?.id;
+      if (!id) throw new Error("The step is not stored yet.");
+      setFull(await api("GET", `/v1/runs/${props.runId}/steps/${id}`));
+    } catch (e) {
+      setError(explain(e));
+    }
+  };
   const usage = full?.output?.usage ?? null;
   const cost = full?.output?.cost_usd ?? null;
   return (
@@ -301,7 +307,7 @@ export function RunView(props: { runId: string; live: Live }) {
               <li key={r.id} class="node-wrap">
                 {i > 0 && <div class="edge" aria-hidden="true">↓</div>}
                 <button
-                  class={`card node st-${s?.status ?? "pending"} ${selected === r.id ? "selected" : ""}`}
+                  class={`card run-node st-${s?.status ?? "pending"} ${selected === r.id ? "selected" : ""}`}
                   data-testid={`node-${r.id}`}
                   onClick={() => setSelected(r.id)}
                 >
