@@ -29,6 +29,15 @@ __all__ = ["AuditPage", "ToolAudit", "list_calls", "record"]
 
 MAX_PAGE = 200
 
+# A text statement is compiled once (Database caches it); a Core insert was compiled on
+# every call, a tenth of the MCP gateway's CPU per `tools/call`.
+_INSERT = sa.text("""
+INSERT INTO tool_audit (id, org_id, principal_kind, principal_id, tool, args_sha256,
+                        duration_ms, result_chars, outcome, error_code)
+VALUES (:id, :org_id, :principal_kind, :principal_id, :tool, :args_sha256, :duration_ms,
+        :result_chars, :outcome, :error_code)
+""")
+
 
 @dataclass(frozen=True, slots=True)
 class ToolAudit:
@@ -58,12 +67,12 @@ async def record(
 ) -> UUID:
     """Write one audit row for the org; returns its id."""
     row_id = uuid.uuid4()
-    await db.write(tool_audit.insert().values(
-        id=row_id, org_id=scope.org_id, principal_kind=principal_kind,
-        principal_id=principal_id, tool=tool, args_sha256=args_sha256,
-        duration_ms=duration_ms, result_chars=result_chars, outcome=outcome,
-        error_code=error_code,
-    ))
+    await db.write(_INSERT, {
+        "id": row_id, "org_id": scope.org_id, "principal_kind": principal_kind,
+        "principal_id": principal_id, "tool": tool, "args_sha256": args_sha256,
+        "duration_ms": duration_ms, "result_chars": result_chars, "outcome": outcome,
+        "error_code": error_code,
+    })
     return row_id
 
 
