@@ -11,6 +11,7 @@ import { Login } from "./screens/login";
 import { Threads } from "./screens/threads";
 import { Chat } from "./screens/chat";
 import { Usage } from "./screens/usage";
+import { GatewayCalls } from "./screens/gateway";
 import { Setups } from "./screens/setups";
 import { Secrets, Keys } from "./screens/admin";
 import { Policy } from "./screens/prompts";
@@ -89,6 +90,7 @@ function App() {
   else if (path.startsWith("/secrets")) screen = <Secrets who={who} />;
   else if (path.startsWith("/keys")) screen = <Keys who={who} />;
   else if (path.startsWith("/policy")) screen = <Policy who={who} />;
+  else if (path.startsWith("/gateway") && who.role === "admin") screen = <GatewayCalls />;
   else screen = <Threads live={live} who={who} />;
 
   const nav = (to: string, label: string) => (
@@ -107,6 +109,7 @@ function App() {
           {who.role === "admin" && nav("/secrets", "Secrets")}
           {who.role === "admin" && nav("/keys", "API keys")}
           {nav("/policy", "Policy")}
+          {who.role === "admin" && nav("/gateway", "MCP calls")}
         </nav>
         <span class={`conn ${status}`} data-testid="connection" title="live connection">
           {status === "live" ? "● live" : status === "offline" ? "○ reconnecting" : "○ connecting"}

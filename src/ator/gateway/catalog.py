@@ -88,6 +88,11 @@ class Catalog:
                        "read-only tools only" if policy is not None else result.content)
             raise MCPError(INVALID_PARAMS, message, data={
                 "code": result.error_code, "audit_id": str(result.audit_id)})
+        # Approvals (issue 21, not yet on main): a gated tool's call is held by `ToolCalls`
+        # as a pending action instead of run. Its answer belongs here: a result (not an
+        # error: nothing failed) whose text says the call awaits a member's approval, with
+        # `_meta["ator/code"] = "approval_pending"` and `_meta["ator/pending_action_id"]`,
+        # so the client can tell the person where to decide and call again (or poll) later.
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result.content)],
             is_error=result.is_error, meta=_facts(result))
