@@ -9,8 +9,11 @@ database; and this client. The operator's org registers the upstream over the HT
 the same SDK client calls `echo` directly and through `/mcp` (`<id8>__echo`), per era
 (`auto`: 2026-07-28, `legacy`: handshake): `--calls` sequential calls (1,000) and
 `--concurrent` calls at once (100) on one client, after 20 warm-up calls. Reported: p50 and
-p99 of each, the gateway's added p50/p99, and the upstream sessions opened while measuring
-(the goal: none; the warm-up opened the one this downstream session uses).
+p99 of each, the gateway's added p50/p99, the CPU the answering process spent per
+sequential call (the upstream's directly, `ator serve`'s through the gateway: a figure the
+machine's other load does not inflate the way it does wall-clock latency), and the upstream
+sessions opened while measuring (the goal: none; the warm-up opened the one this
+downstream session uses). `--profile PREFIX` samples `ator serve` with py-spy meanwhile.
 
     ATOR_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
         .venv/bin/python bench/gateway.py [--calls 1000] [--concurrent 100]
@@ -47,7 +50,7 @@ from mcp_types import ToolAnnotations
 from pgserver import PgServer
 
 RESULTS = Path(__file__).parent / "results" / "gateway.json"
-_STARTUP = 60.0
+_STARTUP = 240.0  # a loaded machine starts `ator serve` slowly
 
 
 def upstream_app() -> Any:
@@ -168,16 +171,40 @@ async def run(args: argparse.Namespace) -> int:
                "ATOR_MASTER_KEY": base64.b64encode(secrets.token_bytes(32)).decode()}
         up = [sys.executable, __file__, "--serve-upstream", str(up_port)]
         serve = [sys.executable, "-c", "from ator.cli.main import main; main()", "serve"]
-        async with process(up, base, f"http://127.0.0.1:{up_port}/initialized"), \
-                process(serve, env, f"http://127.0.0.1:{gw_port}/readyz"):
+        async with process(up, base, f"http://127.0.0.1:{up_port}/initialized") as up_proc, \
+                process(serve, env, f"http://127.0.0.1:{gw_port}/readyz") as gw_proc:
             return await measure(args, f"http://127.0.0.1:{up_port}",
-                                 f"http://127.0.0.1:{gw_port}", key)
+                                 f"http://127.0.0.1:{gw_port}", key,
+                                 {"direct": up_proc.pid, "gateway": gw_proc.pid})
     finally:
         await pg.drop("bench_gateway")
         await pg.close()
 
 
-async def measure(args: argparse.Namespace, up: str, gw: str, key: str) -> int:
+def cpu_ms(pid: int) -> float:
+    """User + system CPU the process has used so far, in ms (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+@asynccontextmanager
+async def profiled(pid: int, out: str | None) -> AsyncIterator[None]:
+    """py-spy sampling `pid` while the body runs (raw collapsed stacks in `out`)."""
+    if out is None:
+        yield
+        return
+    spy = await asyncio.create_subprocess_exec(
+        "py-spy", "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+        "--nonblocking", "-o", out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        spy.send_signal(2)  # SIGINT: py-spy writes what it sampled
+        await spy.wait()
+
+
+async def measure(args: argparse.Namespace, up: str, gw: str, key: str,
+                  pids: dict[str, int]) -> int:
     auth = {"Authorization": f"Bearer {key}"}
     async with httpx2.AsyncClient(timeout=30) as http:
         made = await http.post(f"{gw}/v1/mcp-servers", headers=auth,
@@ -201,15 +228,26 @@ async def measure(args: argparse.Namespace, up: str, gw: str, key: str) -> int:
 
                     await timed(call, 20, False)  # warm-up
                     before = await initialized()
+                    # CPU of the process that answers (the upstream, or `ator serve`): what
+                    # the wall-clock figures measure too, but not the machine's other load.
+                    cpu = cpu_ms(pids[label])
+                    out = (f"{args.profile}-{mode}.txt"
+                           if args.profile and label == "gateway" else None)
+                    async with profiled(pids[label], out):
+                        sequential = await timed(call, args.calls, False)
+                    cpu_per_call = (cpu_ms(pids[label]) - cpu) / args.calls
                     row[label] = {
-                        "sequential": quantiles(await timed(call, args.calls, False)),
-                        "concurrent": quantiles(await timed(call, args.concurrent, True))}
+                        "sequential": quantiles(sequential),
+                        "concurrent": quantiles(await timed(call, args.concurrent, True)),
+                        "cpu_ms_per_call": round(cpu_per_call, 3)}
                     if label == "gateway":
                         row["upstream_sessions_opened"] = await initialized() - before
             for phase in ("sequential", "concurrent"):
                 row[f"added_{phase}"] = {
                     q: round(row["gateway"][phase][q] - row["direct"][phase][q], 3)
                     for q in ("p50", "p99")}
+            # ator serve's own CPU per call: the gateway's work, whatever the machine's load
+            row["gateway_cpu_ms_per_call"] = row["gateway"]["cpu_ms_per_call"]
             ok = ok and row["added_sequential"]["p50"] <= 5.0 \
                 and row["upstream_sessions_opened"] == 0
             report["eras"][mode] = row
@@ -223,6 +261,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--concurrent", type=int, default=100)
+    parser.add_argument("--profile", metavar="PREFIX", help="py-spy `ator serve` during the "
+                        "gateway's sequential calls: PREFIX-<era>.txt (raw stacks)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT",
                         help=argparse.SUPPRESS)  # the upstream process of a run
     args = parser.parse_args()

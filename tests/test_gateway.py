@@ -51,9 +51,15 @@ def _tools(notes: list[str]) -> list[Tool]:
         notes.append(str(args["text"]))
         return f"noted {len(notes)}"
 
+    async def where(args: dict[str, Any], ctx: ToolContext) -> str:
+        return f"in {args['region']}"
+
     return [*builtin_tools(), Tool("note", "write a note", {
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
-        note)]
+        note), Tool("where", "name the region (routed on by intermediaries)", {
+            "type": "object", "required": ["region"],
+            "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}},
+        where, read_only=True)]
 
 
 @pytest.fixture
@@ -248,3 +254,33 @@ async def test_the_public_host_is_answered_and_any_other_host_is_421(make_ator: 
             foreign = await http.post(url, json=body, headers={
                 **headers, "Host": "ator.example.com", "Origin": "https://evil.example"})
             assert foreign.status_code == 403
+
+
+async def test_a_2026_calls_mcp_param_header_is_checked_against_the_listed_schema(
+        served: Served) -> None:
+    org = await _org(served.ator)
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    base = {"Authorization": f"Bearer {org.admin}", "MCP-Protocol-Version": "2026-07-28",
+            "Accept": "application/json, text/event-stream"}
+
+    def call(region: str) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "where", "arguments": {"region": region}, "_meta": meta}}
+
+    async with httpx.AsyncClient(timeout=30) as http:
+        listed = await http.post(served.url, headers={**base, "Mcp-Method": "tools/list"},
+                                 json={"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                                       "params": {"_meta": meta}})
+        assert listed.status_code == 200, listed.text
+        headers = {**base, "Mcp-Method": "tools/call", "Mcp-Name": "where"}
+        same = await http.post(served.url, json=call("eu"),
+                               headers={**headers, "Mcp-Param-Region": "eu"})
+        assert same.status_code == 200, same.text
+        assert same.json()["result"]["content"][0]["text"] == "in eu"
+        other = await http.post(served.url, json=call("eu"),
+                                headers={**headers, "Mcp-Param-Region": "us"})
+        assert other.status_code == 400, other.text
+        assert other.json()["error"]["code"] == -32020  # HEADER_MISMATCH
+    rows = (await served.ator.service(ToolCalls).audit(org.scope)).rows
+    assert [r.tool for r in rows] == ["where"]  # the mismatched call never ran

@@ -13,6 +13,7 @@ import { Threads } from "./screens/threads";
 import { Chat } from "./screens/chat";
 import { Usage } from "./screens/usage";
 import { Analyses } from "./screens/analyses";
+import { GatewayCalls } from "./screens/gateway";
 import { Setups } from "./screens/setups";
 import { Secrets, Keys } from "./screens/admin";
 import { Policy } from "./screens/prompts";
@@ -104,6 +105,7 @@ function App() {
   else if (path.startsWith("/webhooks/inbound")) screen = <InboundHooks who={who} />;
   else if (path.startsWith("/webhooks")) screen = <Webhooks who={who} />;
   else if (path.startsWith("/documents")) screen = <Documents who={who} />;
+  else if (path.startsWith("/gateway") && who.role === "admin") screen = <GatewayCalls />;
   else screen = <Threads live={live} who={who} />;
 
   const nav = (to: string, label: string) => (
@@ -126,6 +128,7 @@ function App() {
           {nav("/documents", "Documents")}
           {nav("/policy", "Policy")}
           {nav("/webhooks", "Webhooks")}
+          {who.role === "admin" && nav("/gateway", "MCP calls")}
         </nav>
         <span class={`conn ${status}`} data-testid="connection" title="live connection">
           {status === "live" ? "● live" : status === "offline" ? "○ reconnecting" : "○ connecting"}

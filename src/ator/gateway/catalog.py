@@ -14,6 +14,7 @@ and the code in `_meta["ator/code"]`, as MCP tells servers to report execution e
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 from uuid import UUID
 
@@ -29,6 +30,7 @@ __all__ = ["INVALID_PARAMS", "Catalog"]
 
 INVALID_PARAMS = -32602
 _REFUSALS = frozenset({"unknown_tool", "tool_denied"})
+_HEADER_MEMO = 4096
 
 
 class Catalog:
@@ -36,6 +38,22 @@ class Catalog:
 
     def __init__(self, calls: ToolCalls) -> None:
         self._calls = calls
+        # The schemas listed with `x-mcp-header` annotations (rare), by (org, tool): what the
+        # SDK checks a 2026 call's `Mcp-Param-*` headers against without listing again.
+        self._header_schemas: OrderedDict[tuple[UUID, str], dict[str, Any]] = OrderedDict()
+
+    def header_schema(self, org_id: UUID, name: str) -> dict[str, Any] | None:
+        """The input schema of a listed tool that declares `Mcp-Param` headers, else None
+        (nothing to check the call's headers against)."""
+        return self._header_schemas.get((org_id, name))
+
+    def _remember_headers(self, org_id: UUID, tools: list[Tool]) -> None:
+        for tool in tools:
+            if _declares_headers(tool.input_schema):
+                self._header_schemas[(org_id, tool.name)] = tool.input_schema
+                self._header_schemas.move_to_end((org_id, tool.name))
+        while len(self._header_schemas) > _HEADER_MEMO:
+            self._header_schemas.popitem(last=False)
 
     async def tools(self, principal: Principal, conversation: UUID | None
                     ) -> types.ListToolsResult:
@@ -46,6 +64,7 @@ class Catalog:
         tools = listing.tools
         if principal.role == "viewer":
             tools = [t for t in tools if t.read_only]
+        self._remember_headers(principal.org_id, tools)
         left_out = [{"source": x.source, "code": x.code, "message": x.message}
                     for x in listing.left_out]
         return types.ListToolsResult(tools=[_spec(t) for t in tools], ttl_ms=0,
@@ -69,9 +88,22 @@ class Catalog:
                        "read-only tools only" if policy is not None else result.content)
             raise MCPError(INVALID_PARAMS, message, data={
                 "code": result.error_code, "audit_id": str(result.audit_id)})
+        # Approvals (issue 21, not yet on main): a gated tool's call is held by `ToolCalls`
+        # as a pending action instead of run. Its answer belongs here: a result (not an
+        # error: nothing failed) whose text says the call awaits a member's approval, with
+        # `_meta["ator/code"] = "approval_pending"` and `_meta["ator/pending_action_id"]`,
+        # so the client can tell the person where to decide and call again (or poll) later.
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result.content)],
             is_error=result.is_error, meta=_facts(result))
+
+
+def _declares_headers(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        return "x-mcp-header" in schema or any(_declares_headers(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_declares_headers(v) for v in schema)
+    return False
 
 
 def _caller(principal: Principal) -> Caller:

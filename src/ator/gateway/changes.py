@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -52,9 +52,12 @@ class StreamsFull(Exception):
 
 
 class CatalogChanges:
-    def __init__(self, coord: Coordinator, *, heartbeat: float = 15.0, per_org: int = 64
-                 ) -> None:
+    def __init__(self, coord: Coordinator, *, heartbeat: float = 15.0, per_org: int = 64,
+                 forget: Sequence[Callable[[UUID], None]] = ()) -> None:
+        """`forget`: what to drop of an org's cached catalog when a change is heard, before
+        the client is told (so the list it asks for next is the new one)."""
         self._coord = coord
+        self._forget = tuple(forget)
         self._heartbeat = heartbeat
         self._per_org = per_org
         self._open: Counter[UUID] = Counter()
@@ -96,7 +99,7 @@ class CatalogChanges:
         async with self._subscribed(org_id) as waiter:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
             await send({"type": "http.response.body", "body": b": open\n\n", "more_body": True})
-            tasks = [asyncio.create_task(self._pump(waiter, send, alive)),
+            tasks = [asyncio.create_task(self._pump(org_id, waiter, send, alive)),
                      asyncio.create_task(_left(receive)),
                      asyncio.create_task(self.closing.wait())]
             try:
@@ -108,7 +111,12 @@ class CatalogChanges:
             with contextlib.suppress(OSError):  # the client may be gone already
                 await send({"type": "http.response.body", "body": b""})
 
-    async def _pump(self, waiter: Waiter, send: Send,
+    def heard(self, org_id: UUID) -> None:
+        """A change of the org's catalog was heard on this replica."""
+        for forget in self._forget:
+            forget(org_id)
+
+    async def _pump(self, org_id: UUID, waiter: Waiter, send: Send,
                     alive: Callable[[], Awaitable[bool]]) -> None:
         while True:
             message = await waiter.get(self._heartbeat)
@@ -120,6 +128,7 @@ class CatalogChanges:
                 continue
             while await waiter.get(0) is not None:  # several at once: told once
                 pass
+            self.heard(org_id)
             await send({"type": "http.response.body", "body": LIST_CHANGED, "more_body": True})
 
     async def listen(self, org_id: UUID, ctx: ServerRequestContext[Any, Any],
@@ -128,7 +137,7 @@ class CatalogChanges:
         bus = InMemorySubscriptionBus()
         try:
             async with self._subscribed(org_id) as waiter:
-                feed = asyncio.create_task(_feed(waiter, bus))
+                feed = asyncio.create_task(self._feed(org_id, waiter, bus))
                 try:
                     return await ListenHandler(bus, max_subscriptions=1)(ctx, params)
                 finally:
@@ -138,13 +147,15 @@ class CatalogChanges:
             raise MCPError(-32000, str(exc), data={"code": "rate_limited"}) from None
 
 
-async def _feed(waiter: Waiter, bus: InMemorySubscriptionBus) -> None:
-    while True:
-        if await waiter.get() is None:
-            continue
-        while await waiter.get(0) is not None:
-            pass
-        await bus.publish(ToolsListChanged())
+    async def _feed(self, org_id: UUID, waiter: Waiter, bus: InMemorySubscriptionBus
+                    ) -> None:
+        while True:
+            if await waiter.get() is None:
+                continue
+            while await waiter.get(0) is not None:
+                pass
+            self.heard(org_id)
+            await bus.publish(ToolsListChanged())
 
 
 async def _left(receive: Receive) -> None:

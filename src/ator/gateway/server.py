@@ -24,7 +24,10 @@ the session manager runs in a task of its own for the runtime's life (`attach` â
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import time
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -40,6 +43,7 @@ from starlette.types import Message, Receive, Scope, Send
 import ator
 from ator import jsonenc
 from ator.engine.access import Access
+from ator.engine.mcp import McpService
 from ator.engine.runtime import Ator
 from ator.engine.tool_calls import ToolCalls
 from ator.errors import ConfigError
@@ -57,6 +61,7 @@ __all__ = ["PRINCIPAL_KEY", "McpGateway"]
 PRINCIPAL_KEY = "ator.principal"
 CONVERSATION_KEY = "ator.conversation"  # the gateway session's id (None: sessionless)
 _WINDOW = 60.0
+_ORG: contextvars.ContextVar[UUID | None] = contextvars.ContextVar("gateway_org", default=None)
 
 
 class McpGateway:
@@ -68,7 +73,10 @@ class McpGateway:
             "ator", version=ator.__version__,
             instructions="The tools of your ator organization.",
             on_list_tools=self._list_tools, on_call_tool=self._call_tool,
-            on_subscriptions_listen=self._listen)
+            on_subscriptions_listen=self._listen,
+            # The SDK checks a 2026 call's `Mcp-Param-*` headers against the tool's schema;
+            # without this it lists the whole catalog again (a second listing per call).
+            get_tool_input_schema=self._header_schema)
         hosts = list(settings.gateway_allowed_hosts)
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=bool(hosts), allowed_hosts=hosts,
@@ -88,14 +96,18 @@ class McpGateway:
         """Serve `runtime`'s tools; starts the SDK's session manager (once)."""
         self._ator = runtime
         # The org's tools as inside ator, and its published workflows (gateway/workflows.py).
-        try:
-            flows = [WorkflowTools(runtime.service(Workflows),
-                                   wait=self._settings.gateway_workflow_wait)]
-        except ConfigError:  # an engine built without the workflows extension
-            flows = []
+        s = self._settings
+        flows: list[WorkflowTools] = []
+        forget: list[Callable[[UUID], None]] = []
+        with contextlib.suppress(ConfigError):  # an engine without the workflows extension
+            flows.append(WorkflowTools(runtime.service(Workflows), wait=s.gateway_workflow_wait,
+                                       ttl=s.mcp_catalog_ttl))
+            forget.append(flows[0].forget)
+        with contextlib.suppress(ConfigError):  # nor MCP: else its servers' cache, too
+            forget.append(runtime.service(McpService).recent.drop)
         self._catalog = Catalog(runtime.service(ToolCalls).with_toolsets(flows))
-        self._sessions = GatewaySessions(runtime.coord, self._settings.gateway_session_idle)
-        self._changes = CatalogChanges(runtime.coord)
+        self._sessions = GatewaySessions(runtime.coord, s.gateway_session_idle)
+        self._changes = CatalogChanges(runtime.coord, forget=forget)
         if self._task is None:
             started = asyncio.Event()
             self._task = asyncio.create_task(self._run(started), name="mcp-gateway")
@@ -170,6 +182,7 @@ class McpGateway:
             if method == "initialize":
                 session = await self._sessions.open(principal.key_id)
                 send = _with_header(send, b"mcp-session-id", session.hex.encode())
+        _ORG.set(principal.org_id)  # for `_header_schema`, which the SDK calls bare
         await self._manager.handle_request(
             {**scope, PRINCIPAL_KEY: principal, CONVERSATION_KEY: session}, receive, send)
 
@@ -200,6 +213,12 @@ class McpGateway:
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         catalog, principal, conversation = self._principal(ctx)
         return await catalog.tools(principal, conversation)
+
+    def _header_schema(self, name: str) -> dict[str, Any] | None:
+        org_id = _ORG.get()
+        if self._catalog is None or org_id is None:
+            return None
+        return self._catalog.header_schema(org_id, name)
 
     async def _listen(self, ctx: ServerRequestContext[Any, Any],
                       params: types.SubscriptionsListenRequestParams

@@ -21,7 +21,10 @@ where to follow it (`GET /v1/runs/{id}`). Waiting reads the run's row, at first 
 the database, which is what is read.
 
 Recipes of a published version never change, so each (workflow, version) tool is built
-once per process (a bounded memo); listing costs one query over the org's workflows.
+once per process (a bounded memo). The org's list of workflows (one query) is kept for
+`ttl` seconds (`ATOR_MCP_CATALOG_TTL`, the rule of the upstream servers' catalog) and
+dropped at once when this replica hears that the org's catalog changed (`forget`, from
+gateway/changes.py), so a client told `list_changed` lists the new version.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 from uuid import UUID
 
 from ator import jsonenc
+from ator.engine.recent import Recent
 from ator.store.scope import Scope
 from ator.tools.base import Tool, ToolContext, ToolResult
 from ator.tools.toolset import OrgToolScope
@@ -51,13 +55,25 @@ class WorkflowTools:
 
     name = "workflows"
 
-    def __init__(self, workflows: Workflows, *, wait: float = 5.0) -> None:
+    def __init__(self, workflows: Workflows, *, wait: float = 5.0, ttl: float = 5.0) -> None:
         self._flows = workflows
         self._wait = wait
         self._built: dict[tuple[UUID, int], Tool] = {}
+        self._listed = Recent(ttl)
+
+    def forget(self, org_id: UUID) -> None:
+        """The org's catalog changed: list its workflows again at the next call."""
+        self._listed.drop(org_id)
 
     async def org_tools(self, scope: OrgToolScope) -> Sequence[Tool]:
-        org = Scope(scope.org_id)
+        found: list[Tool] | None = self._listed.get(scope.org_id)
+        if found is None:
+            found = await self._read(scope.org_id)
+            self._listed.put(scope.org_id, found)
+        return found
+
+    async def _read(self, org_id: UUID) -> list[Tool]:
+        org = Scope(org_id)
         out: list[Tool] = []
         for row in await self._flows.workflows(org, limit=500):
             version = row["latest_version"]

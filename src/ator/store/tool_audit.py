@@ -29,6 +29,16 @@ __all__ = ["AuditPage", "ToolAudit", "list_calls", "record"]
 
 MAX_PAGE = 200
 
+# A text statement is compiled once (Database caches it); a Core insert was compiled on
+# every call, a tenth of the MCP gateway's CPU per `tools/call`.
+_ASYNC_COMMIT = sa.text("SET LOCAL synchronous_commit = off")
+_INSERT = sa.text("""
+INSERT INTO tool_audit (id, org_id, principal_kind, principal_id, tool, args_sha256,
+                        duration_ms, result_chars, outcome, error_code)
+VALUES (:id, :org_id, :principal_kind, :principal_id, :tool, :args_sha256, :duration_ms,
+        :result_chars, :outcome, :error_code)
+""")
+
 
 @dataclass(frozen=True, slots=True)
 class ToolAudit:
@@ -56,14 +66,23 @@ async def record(
     args_sha256: str, duration_ms: int, result_chars: int, outcome: str,
     error_code: str | None,
 ) -> UUID:
-    """Write one audit row for the org; returns its id."""
+    """Write one audit row for the org; returns its id.
+
+    Committed without waiting for the WAL flush (`synchronous_commit = off`, this transaction
+    only): the row is visible to every reader at once, and durable within PostgreSQL's WAL
+    writer delay (three times `wal_writer_delay`, 600 ms by default); only a crash of the
+    database server itself inside that window can lose it, never a crash of ator. The flush
+    wait was most of the gateway's added latency per call (p50 7-8 ms against 0.35 ms on a
+    loaded test machine), paid by every call for a row that records, not decides."""
     row_id = uuid.uuid4()
-    await db.write(tool_audit.insert().values(
-        id=row_id, org_id=scope.org_id, principal_kind=principal_kind,
-        principal_id=principal_id, tool=tool, args_sha256=args_sha256,
-        duration_ms=duration_ms, result_chars=result_chars, outcome=outcome,
-        error_code=error_code,
-    ))
+    async with db.begin() as conn:
+        await conn.execute(_ASYNC_COMMIT)
+        await conn.execute(_INSERT, {
+            "id": row_id, "org_id": scope.org_id, "principal_kind": principal_kind,
+            "principal_id": principal_id, "tool": tool, "args_sha256": args_sha256,
+            "duration_ms": duration_ms, "result_chars": result_chars, "outcome": outcome,
+            "error_code": error_code,
+        })
     return row_id
 
 
