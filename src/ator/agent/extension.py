@@ -21,6 +21,8 @@ a `Waker` and the provider registry, for model work outside a turn) and contribu
 - `routes()`, `rooms()`, `job_kinds()`, `migrations()`: handed to the transports, the jobs
                    kernel and alembic by whoever assembles them (loosely typed here: this
                    layer does not know their types)
+- `bound(services)`: called once every service exists (the extensions' and the core's):
+                   an extension that uses another feature's service looks it up here
 - `start()`, `aclose()`: with the engine's start and close
 
 Core types name no feature: a feature's fields, caps and services live with it.
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
 from ator.agent.caps import CapGroup
@@ -47,7 +49,15 @@ from ator.store.scope import Scope
 from ator.tools.base import Tool
 from ator.tools.toolset import Toolset
 
-__all__ = ["Extension", "Kernel", "ToolBounds", "TurnEnd", "TurnField", "Waker"]
+T = TypeVar("T")
+
+__all__ = ["Extension", "Kernel", "Services", "ToolBounds", "TurnEnd", "TurnField", "Waker"]
+
+
+class Services(Protocol):
+    """The engine's registry of services, by type (engine/root.py `Services`)."""
+
+    def get(self, kind: type[T]) -> T: ...
 
 
 class Waker(Protocol):
@@ -149,6 +159,9 @@ class Extension:
     def migrations(self) -> Sequence[str]:
         """Alembic version directories of the extension's own tables."""
         return ()
+
+    def bound(self, services: Services) -> None:
+        """Once every service is registered: look up another feature's services here."""
 
     async def start(self) -> None:
         """With the engine's start (after the database and coordinator are up)."""

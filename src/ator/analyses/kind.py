@@ -13,7 +13,9 @@ A kind says everything about one recurring piece of model work:
 - `provider`, `model`, `config`, `max_tokens`: the model and its caps;
 - `schema` (a JSON Schema of the output) and `validators` (validate.py);
 - `rule`: the deterministic fallback (`input -> output`); it must satisfy the schema;
-- `apply`: what a stored result does next (`record`, `thread_message`, `webhook`);
+- `apply`: what a stored result does next (`record`, `thread_message` into the target
+  thread, `webhook` (an `analysis.generated` event), `workflow`: a run of `workflow_id`
+  started with the output as its input, once per analysis);
 - `at_limit`: at the org's monthly limit, `rule` (store the rule's result, no model call)
   or `refuse` (store nothing);
 - `then`: kinds chained after this one by default; `evals`: its eval cases (evals.py);
@@ -26,6 +28,7 @@ checked once when registered: a spec that does not parse never reaches a run.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +44,7 @@ __all__ = ["APPLY", "AT_LIMIT", "TRIGGERS", "AnalysisKind", "EvalCase", "Rule", 
            "from_spec", "render"]
 
 Rule = Callable[[dict[str, Any]], dict[str, Any]]
-APPLY = ("record", "thread_message", "webhook")
+APPLY = ("record", "thread_message", "webhook", "workflow")
 AT_LIMIT = ("rule", "refuse")
 TRIGGERS = ("turn_ended",)
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -78,6 +81,7 @@ class AnalysisKind:
     then: tuple[str, ...] = ()
     evals: tuple[EvalCase, ...] = ()
     triggers: tuple[str, ...] = ()  # events that start it: turn_ended
+    workflow_id: str | None = None  # apply `workflow`: the workflow whose run it starts
     org_defined: bool = False
     # The output schema compiled once (set in __post_init__).
     checker: Any = field(default=None, init=False, repr=False, compare=False)
@@ -98,6 +102,15 @@ class AnalysisKind:
         except jsonschema.SchemaError as exc:
             raise ValidationFailed(f"output schema: {exc.message}",
                                    code="invalid_kind") from None
+        if ("workflow" in self.apply) != (self.workflow_id is not None):
+            raise ValidationFailed("apply `workflow` and workflow_id go together",
+                                   code="invalid_kind")
+        if self.workflow_id is not None:
+            try:
+                uuid.UUID(self.workflow_id)
+            except ValueError:
+                raise ValidationFailed("workflow_id is a workflow's id",
+                                       code="invalid_kind") from None
         if any(t not in TRIGGERS for t in self.triggers):
             raise ValidationFailed(f"triggers are among {list(TRIGGERS)}", code="invalid_kind")
         if not 1 <= self.max_tokens <= 64_000:
@@ -233,6 +246,7 @@ def from_spec(name: str, spec: Mapping[str, Any], *, version: int = 1) -> Analys
         at_limit=str(spec.get("at_limit", "rule")),
         then=_strings(spec.get("then"), "then"), evals=_cases(spec.get("evals")),
         triggers=_strings(spec.get("triggers"), "triggers"),
+        workflow_id=str(spec["workflow_id"]) if spec.get("workflow_id") is not None else None,
         org_defined=True)
     check_rule(kind)
     return kind

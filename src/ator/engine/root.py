@@ -170,6 +170,8 @@ def assemble(
     registry.add(ModelWork, ModelWork(db, providers, prices, master_key,
                                       fail_closed=settings.budget_fail_closed))
     job_runner = JobRunner(db, kinds, settings, owner=owner)
+    for extension in built:  # every service exists now
+        extension.bound(registry)
     reaper = Reaper(db=db, coord=coord, actor=actor, runner=runner, owner=owner,
                     ttl=settings.lease_ttl, interval=settings.reaper_interval)
     return Engine(
