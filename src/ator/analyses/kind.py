@@ -233,29 +233,36 @@ def from_spec(name: str, spec: Mapping[str, Any], *, version: int = 1) -> Analys
     validators = spec.get("validators") or []
     if not isinstance(validators, list):
         raise ValidationFailed("validators is a list", code="invalid_kind")
-    kind = AnalysisKind(
-        name=name, version=version, input=builder_from_spec(spec.get("input")),
-        schema=schema, rule=_rule_from_spec(spec.get("rule")),
-        key_fields=_strings(spec.get("key_fields"), "key_fields"),
-        system=str(spec.get("system", "")), prompt=str(spec.get("prompt", "{{input}}")),
-        provider=str(model.get("provider", "scripted")),
-        model=str(model.get("model", "scripted")), config=dict(model.get("config") or {}),
-        max_tokens=_int(model.get("max_tokens", 1024), "model.max_tokens"),
-        validators=tuple(_validator(v) for v in validators),
-        apply=_strings(spec.get("apply"), "apply") or ("record",),
-        at_limit=str(spec.get("at_limit", "rule")),
-        then=_strings(spec.get("then"), "then"), evals=_cases(spec.get("evals")),
-        triggers=_strings(spec.get("triggers"), "triggers"),
-        workflow_id=str(spec["workflow_id"]) if spec.get("workflow_id") is not None else None,
-        org_defined=True)
+    try:
+        kind = AnalysisKind(
+            name=name, version=version, input=builder_from_spec(spec.get("input")),
+            schema=schema, rule=_rule_from_spec(spec.get("rule")),
+            key_fields=_strings(spec.get("key_fields"), "key_fields"),
+            system=str(spec.get("system", "")), prompt=str(spec.get("prompt", "{{input}}")),
+            provider=str(model.get("provider", "scripted")),
+            model=str(model.get("model", "scripted")), config=dict(model.get("config") or {}),
+            max_tokens=_int(model.get("max_tokens", 1024), "model.max_tokens"),
+            validators=tuple(_validator(v) for v in validators),
+            apply=_strings(spec.get("apply"), "apply") or ("record",),
+            at_limit=str(spec.get("at_limit", "rule")),
+            then=_strings(spec.get("then"), "then"), evals=_cases(spec.get("evals")),
+            triggers=_strings(spec.get("triggers"), "triggers"),
+            workflow_id=str(spec["workflow_id"]) if spec.get("workflow_id") is not None else None,
+            org_defined=True)
+    except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong shape
+        raise ValidationFailed(f"invalid spec: {exc}"[:300], code="invalid_kind") from None
     check_rule(kind)
     return kind
 
 
 def check_rule(kind: AnalysisKind, sample: dict[str, Any] | None = None) -> None:
     """The rule's output must satisfy the kind's schema (else the fallback is no fallback)."""
-    errors = list(jsonschema.Draft202012Validator(kind.schema).iter_errors(
-        kind.rule(sample or {})))
+    try:
+        errors = list(kind.checker.iter_errors(kind.rule(sample or {})))
+    except Exception as exc:  # an org's schema that cannot be evaluated
+        # (an unresolvable $ref, a bad pattern) is its spec's error, reported as such.
+        raise ValidationFailed(f"output_schema cannot be evaluated: {exc}"[:300],
+                               code="invalid_kind") from None
     if errors:
         raise ValidationFailed(f"the rule's output does not match output_schema: "
                                f"{errors[0].message}", code="invalid_kind")
