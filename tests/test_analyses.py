@@ -353,3 +353,27 @@ async def test_a_turn_end_triggers_the_kinds_that_ask_for_it(runtime: Any) -> No
         await until(settled)
         assert after.seq > note.seq
         assert len(await analyses.records(scope, kind="mood")) == 1
+
+
+async def test_apply_workflow_starts_one_run_with_the_output_as_input(runtime: Any) -> None:
+    from ator.workflows import Workflows
+
+    waiting = {"schema": "ator.workflow/v1",
+               "steps": [{"id": "w", "type": "wait", "seconds": 3600}]}
+    async with runtime(fake('{"level": "low", "reason": "go"}')) as (ator, analyses):
+        scope = await org(ator)
+        workflows = ator.service(Workflows)
+        wf = await workflows.create(scope, "after-risk")
+        await workflows.publish(scope, wf["id"], waiting)
+        spec = {**RISK, "apply": ["record", "workflow"], "workflow_id": str(wf["id"])}
+        await analyses.register(scope, "risk", spec)
+        await run(ator, analyses, scope, "risk", "c", options={"payload": {"customer": "a"}})
+        [a] = await analyses.records(scope)
+
+        async def started() -> bool:  # after the analysis committed
+            return bool(await workflows.runs(scope, workflow_id=wf["id"]))
+
+        await until(started)
+        runs = await workflows.runs(scope, workflow_id=wf["id"])
+        assert len(runs) == 1
+        assert runs[0]["input"] == a.output and runs[0]["idempotency_key"] == f"analysis:{a.id}"

@@ -118,3 +118,15 @@ def test_a_bad_spec_is_refused_before_it_can_run(change: dict[str, Any]) -> None
 def test_a_bad_name_is_refused() -> None:
     with pytest.raises(ValidationFailed):
         from_spec("Bad Name!", GOOD)
+
+
+@pytest.mark.parametrize("change", [
+    {"model": {"config": [1, 2]}},
+    {"evals": [{"output": "{}", "expect": "accept", "input": [1]}]},
+    {"output_schema": {"$ref": "https://example.com/schema.json"}},
+    {"validators": [{"type": "length", "field": "x", "max": "ten"}]},
+])
+def test_a_spec_of_the_wrong_shape_is_a_422_not_a_crash(change: dict[str, Any]) -> None:
+    with pytest.raises(ValidationFailed) as err:
+        from_spec("k", {**GOOD, **change})
+    assert err.value.code == "invalid_kind"

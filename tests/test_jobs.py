@@ -293,9 +293,9 @@ def test_the_jobs_package_exports_are_pinned() -> None:
     import ator.jobs
 
     assert sorted(ator.jobs.__all__) == [
-        "Clock", "Handler", "JobContext", "JobKind", "JobKinds", "JobQueue", "JobRunner",
-        "LeaseLost", "ManualClock", "Retry", "Scheduler", "Schedules", "SystemClock", "Worker",
-        "WorkerStats"]
+        "BudgetRefused", "Clock", "Handler", "JobContext", "JobKind", "JobKinds", "JobQueue",
+        "JobRunner", "LeaseLost", "ManualClock", "ModelWork", "Retry", "Scheduler", "Schedules",
+        "SystemClock", "WorkCall", "WorkResult", "Worker", "WorkerStats"]
     for name in ator.jobs.__all__:
         assert hasattr(ator.jobs, name)
 

@@ -22,11 +22,10 @@ turn and waits for it) and contributes any of:
 - `routes()`, `rooms()`, `job_kinds()`, `migrations()`: handed to the transports, the jobs
                    kernel and alembic by whoever assembles them (loosely typed here: this
                    layer does not know their types)
-- `bind(services)`: once every service is registered (a service of the extension that uses
-                   another's, e.g. `ToolCalls`, built after the extensions)
+- `bound(services)`: called once every service exists (the extensions' and the core's):
+                   an extension that uses another feature's service looks it up here
 - `start()`, `aclose()`: with the engine's start and close
 
-`Kernel.services` reaches other extensions' services at run time (not while building).
 
 Core types name no feature: a feature's fields, caps and services live with it.
 """
@@ -34,9 +33,9 @@ Core types name no feature: a feature's fields, caps and services live with it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
 from ator.agent.caps import CapGroup
@@ -44,7 +43,6 @@ from ator.agent.hooks import LoopHook
 from ator.agent.state import TurnContext, TurnState
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
-from ator.errors import ConfigError
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey
 from ator.settings import Settings
@@ -54,10 +52,16 @@ from ator.store.scope import Scope
 from ator.tools.base import Tool
 from ator.tools.toolset import Toolset
 
-__all__ = ["Asker", "Extension", "Kernel", "LateServices", "ToolBounds", "TurnEnd", "TurnField",
+T = TypeVar("T")
+
+__all__ = ["Asker", "Extension", "Kernel", "Services", "ToolBounds", "TurnEnd", "TurnField",
            "TurnReply", "Waker"]
 
-T = TypeVar("T")
+
+class Services(Protocol):
+    """The engine's registry of services, by type (engine/root.py `Services`)."""
+
+    def get(self, kind: type[T]) -> T: ...
 
 
 class Waker(Protocol):
@@ -67,26 +71,6 @@ class Waker(Protocol):
     async def notify(self, scope: Scope, thread_id: UUID) -> None: ...
 
     async def stop(self, thread_id: UUID, reason: str = "user") -> None: ...
-
-
-class LateServices:
-    """The engine's services, for an extension that calls another's at run time (an inbound
-    webhook starting a workflow run): extensions are built before the registry is, so the
-    root serves it here once made (as `Waker` is served by the actor)."""
-
-    def __init__(self) -> None:
-        self._found: Mapping[type, object] | None = None
-
-    def serve(self, found: Mapping[type, object]) -> None:
-        self._found = found
-
-    def get(self, kind: type[T]) -> T:
-        """The service of type `kind`. Raises ConfigError before the engine is assembled
-        or when it has none."""
-        found = None if self._found is None else self._found.get(kind)
-        if found is None:
-            raise ConfigError(f"no {kind.__name__} service in this engine")
-        return cast(T, found)
 
 
 class TurnReply(Protocol):
@@ -126,7 +110,6 @@ class Kernel:
     prices: PriceTable
     master_key: MasterKey
     waker: Waker
-    services: LateServices = field(default_factory=LateServices)
     # The engine's providers, for model calls outside a turn (jobs/model_work.py); None
     # only in a kernel built without an engine.
     providers: ProviderRegistry | None = None
@@ -209,8 +192,8 @@ class Extension:
         """Alembic version directories of the extension's own tables."""
         return ()
 
-    def bind(self, services: Mapping[type, object]) -> None:
-        """Once the engine's services are all registered (core, extensions', `ToolCalls`)."""
+    def bound(self, services: Services) -> None:
+        """Once every service is registered: look up another feature's services here."""
 
     async def start(self) -> None:
         """With the engine's start (after the database and coordinator are up)."""

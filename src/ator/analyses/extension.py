@@ -1,5 +1,5 @@
 """Analyses as an extension of the kernel (layer: analyses; imports agent.extension,
-ator.jobs, ator.store, ator.analyses.*).
+ator.jobs, ator.providers, ator.store, ator.workflows (its service), ator.analyses.*).
 
 Contributes the `Analyses` service (with the built-in kinds, builtin.py, on the process's
 default model), `Evals` and its `ModelWork`, the `analyses.run` job kind (3
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+from uuid import UUID
 
-from ator.agent.extension import Extension, Kernel, TurnEnd
+from ator.agent.extension import Extension, Kernel, Services, TurnEnd
 from ator.agent.state import TurnContext, TurnState
 from ator.analyses.builtin import builtin_kinds
 from ator.analyses.evals import Evals
@@ -26,6 +27,7 @@ from ator.providers.registry import default_provider
 from ator.store import turns as turn_store
 from ator.store.analyses import TurnEndedRuns
 from ator.store.scope import Scope
+from ator.workflows import Workflows
 
 __all__ = ["AnalysesExtension", "TurnEndedAnalyses"]
 
@@ -80,6 +82,17 @@ class AnalysesExtension(Extension):
 
     async def _run(self, ctx: JobContext, payload: dict[str, Any]) -> None:
         await self.runner.handle(ctx, payload)
+
+    def bound(self, services: Services) -> None:
+        try:
+            workflows = services.get(Workflows)
+        except ConfigError:
+            return  # an engine without workflows: the apply step says so when it runs
+
+        async def start_run(scope: Scope, workflow_id: UUID, input: Any, key: str) -> object:
+            return await workflows.start(scope, workflow_id, input, key=key)
+
+        self.runner.start_run = start_run
 
     def ends(self) -> Sequence[TurnEnd]:
         return [self._end]

@@ -13,7 +13,9 @@ A kind says everything about one recurring piece of model work:
 - `provider`, `model`, `config`, `max_tokens`: the model and its caps;
 - `schema` (a JSON Schema of the output) and `validators` (validate.py);
 - `rule`: the deterministic fallback (`input -> output`); it must satisfy the schema;
-- `apply`: what a stored result does next (`record`, `thread_message`, `webhook`);
+- `apply`: what a stored result does next (`record`, `thread_message` into the target
+  thread, `webhook` (an `analysis.generated` event), `workflow`: a run of `workflow_id`
+  started with the output as its input, once per analysis);
 - `at_limit`: at the org's monthly limit, `rule` (store the rule's result, no model call)
   or `refuse` (store nothing);
 - `then`: kinds chained after this one by default; `evals`: its eval cases (evals.py);
@@ -26,6 +28,7 @@ checked once when registered: a spec that does not parse never reaches a run.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +44,7 @@ __all__ = ["APPLY", "AT_LIMIT", "TRIGGERS", "AnalysisKind", "EvalCase", "Rule", 
            "from_spec", "render"]
 
 Rule = Callable[[dict[str, Any]], dict[str, Any]]
-APPLY = ("record", "thread_message", "webhook")
+APPLY = ("record", "thread_message", "webhook", "workflow")
 AT_LIMIT = ("rule", "refuse")
 TRIGGERS = ("turn_ended",)
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -78,6 +81,7 @@ class AnalysisKind:
     then: tuple[str, ...] = ()
     evals: tuple[EvalCase, ...] = ()
     triggers: tuple[str, ...] = ()  # events that start it: turn_ended
+    workflow_id: str | None = None  # apply `workflow`: the workflow whose run it starts
     org_defined: bool = False
     # The output schema compiled once (set in __post_init__).
     checker: Any = field(default=None, init=False, repr=False, compare=False)
@@ -98,6 +102,15 @@ class AnalysisKind:
         except jsonschema.SchemaError as exc:
             raise ValidationFailed(f"output schema: {exc.message}",
                                    code="invalid_kind") from None
+        if ("workflow" in self.apply) != (self.workflow_id is not None):
+            raise ValidationFailed("apply `workflow` and workflow_id go together",
+                                   code="invalid_kind")
+        if self.workflow_id is not None:
+            try:
+                uuid.UUID(self.workflow_id)
+            except ValueError:
+                raise ValidationFailed("workflow_id is a workflow's id",
+                                       code="invalid_kind") from None
         if any(t not in TRIGGERS for t in self.triggers):
             raise ValidationFailed(f"triggers are among {list(TRIGGERS)}", code="invalid_kind")
         if not 1 <= self.max_tokens <= 64_000:
@@ -220,28 +233,36 @@ def from_spec(name: str, spec: Mapping[str, Any], *, version: int = 1) -> Analys
     validators = spec.get("validators") or []
     if not isinstance(validators, list):
         raise ValidationFailed("validators is a list", code="invalid_kind")
-    kind = AnalysisKind(
-        name=name, version=version, input=builder_from_spec(spec.get("input")),
-        schema=schema, rule=_rule_from_spec(spec.get("rule")),
-        key_fields=_strings(spec.get("key_fields"), "key_fields"),
-        system=str(spec.get("system", "")), prompt=str(spec.get("prompt", "{{input}}")),
-        provider=str(model.get("provider", "scripted")),
-        model=str(model.get("model", "scripted")), config=dict(model.get("config") or {}),
-        max_tokens=_int(model.get("max_tokens", 1024), "model.max_tokens"),
-        validators=tuple(_validator(v) for v in validators),
-        apply=_strings(spec.get("apply"), "apply") or ("record",),
-        at_limit=str(spec.get("at_limit", "rule")),
-        then=_strings(spec.get("then"), "then"), evals=_cases(spec.get("evals")),
-        triggers=_strings(spec.get("triggers"), "triggers"),
-        org_defined=True)
+    try:
+        kind = AnalysisKind(
+            name=name, version=version, input=builder_from_spec(spec.get("input")),
+            schema=schema, rule=_rule_from_spec(spec.get("rule")),
+            key_fields=_strings(spec.get("key_fields"), "key_fields"),
+            system=str(spec.get("system", "")), prompt=str(spec.get("prompt", "{{input}}")),
+            provider=str(model.get("provider", "scripted")),
+            model=str(model.get("model", "scripted")), config=dict(model.get("config") or {}),
+            max_tokens=_int(model.get("max_tokens", 1024), "model.max_tokens"),
+            validators=tuple(_validator(v) for v in validators),
+            apply=_strings(spec.get("apply"), "apply") or ("record",),
+            at_limit=str(spec.get("at_limit", "rule")),
+            then=_strings(spec.get("then"), "then"), evals=_cases(spec.get("evals")),
+            triggers=_strings(spec.get("triggers"), "triggers"),
+            workflow_id=str(spec["workflow_id"]) if spec.get("workflow_id") is not None else None,
+            org_defined=True)
+    except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong shape
+        raise ValidationFailed(f"invalid spec: {exc}"[:300], code="invalid_kind") from None
     check_rule(kind)
     return kind
 
 
 def check_rule(kind: AnalysisKind, sample: dict[str, Any] | None = None) -> None:
     """The rule's output must satisfy the kind's schema (else the fallback is no fallback)."""
-    errors = list(jsonschema.Draft202012Validator(kind.schema).iter_errors(
-        kind.rule(sample or {})))
+    try:
+        errors = list(kind.checker.iter_errors(kind.rule(sample or {})))
+    except Exception as exc:  # an org's schema that cannot be evaluated
+        # (an unresolvable $ref, a bad pattern) is its spec's error, reported as such.
+        raise ValidationFailed(f"output_schema cannot be evaluated: {exc}"[:300],
+                               code="invalid_kind") from None
     if errors:
         raise ValidationFailed(f"the rule's output does not match output_schema: "
                                f"{errors[0].message}", code="invalid_kind")

@@ -21,7 +21,7 @@ line logged here and in every chained run carries them). One run:
 A provider failure fails the attempt (retried with backoff; after the kind of job's 3rd
 attempt the job is dead, kept for replay). Apply steps run after the commit: a thread
 message is idempotent per analysis (its mailbox client id), a webhook event is written in
-the transaction itself.
+the transaction itself, a workflow run is idempotent per analysis (its key).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ator import jsonenc
 from ator.analyses.inputs import InputContext
 from ator.analyses.kind import AnalysisKind, render
 from ator.analyses.validate import Verdict, validate
-from ator.errors import NotFound
+from ator.errors import AtorError, NotFound
 from ator.jobs import BudgetRefused, JobContext, ModelWork, WorkCall
 from ator.obs.logging import get_logger
 from ator.store import analyses as store
@@ -58,6 +58,8 @@ RUN_ATTEMPTS = 3  # the 3rd failed delivery is the last; then the job is dead
 
 KindLookup = Callable[[Scope, str], Awaitable[AnalysisKind]]
 Notify = Callable[[Scope, UUID], Awaitable[None]]
+#: Starts a workflow run: (scope, workflow id, input, idempotency key).
+StartRun = Callable[[Scope, UUID, Any, str], Awaitable[object]]
 
 
 def input_hash(kind: AnalysisKind, data: Mapping[str, Any],
@@ -84,6 +86,7 @@ class Runner:
         self.work = work
         self.kinds = kinds
         self.notify = notify
+        self.start_run: StartRun | None = None  # set once the workflows service is known
 
     async def handle(self, ctx: JobContext, payload: dict[str, Any]) -> None:
         scope = ctx.scope
@@ -133,6 +136,8 @@ class Runner:
             "verdict": stored.verdict, "cost_usd": str(stored.cost_usd)})
         if "thread_message" in kind.apply:
             await self._thread_message(scope, kind, stored)
+        if "workflow" in kind.apply and kind.workflow_id is not None:
+            await self._workflow(scope, kind, stored, extra)
 
     async def _compute(self, scope: Scope, kind: AnalysisKind, data: dict[str, Any],
                        target: str, digest: str, origin: str, ctx: JobContext,
@@ -210,6 +215,18 @@ class Runner:
             content={"source": kind.label, "text": jsonenc.dumps(a.output)})
         if created:
             await self.notify(scope, thread_id)
+
+
+    async def _workflow(self, scope: Scope, kind: AnalysisKind, a: Analysis,
+                        extra: dict[str, Any]) -> None:
+        if self.start_run is None or kind.workflow_id is None:
+            log.warning("no workflows service: the workflow apply step is skipped", extra=extra)
+            return
+        try:  # idempotent per analysis: a rerun of this step starts nothing new
+            await self.start_run(scope, UUID(kind.workflow_id), a.output, f"analysis:{a.id}")
+        except AtorError as exc:  # the analysis stands; the run could not start
+            log.warning("could not start the kind's workflow run",
+                        extra={**extra, "code": exc.code, "error": exc.message})
 
 
 def _public(a: Analysis) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ator.agent.extension import Extension, Kernel, TurnField
+from ator.agent.extension import Extension, Kernel, Services, TurnField
 from ator.agent.hooks import Hold, LoopHook
 from ator.agent.state import TurnContext, TurnState
 from ator.engine.approvals import EXPIRE, Approvals, ToolDecisions
@@ -110,10 +110,8 @@ class ApprovalsExtension(Extension):
             raise ConfigError("approvals: the engine has no ToolCalls service")
         return self._calls
 
-    def bind(self, services: Mapping[type, object]) -> None:
-        found = services.get(ToolCalls)
-        if isinstance(found, ToolCalls):
-            self._calls = found
+    def bound(self, services: Services) -> None:
+        self._calls = services.get(ToolCalls)
 
     def hooks(self) -> Sequence[LoopHook]:
         return [ApprovalGate(self.service)]

@@ -182,11 +182,10 @@ def assemble(
     registry.add(ModelWork, ModelWork(db, providers, prices, master_key,
                                       fail_closed=settings.budget_fail_closed))
     job_runner = JobRunner(db, kinds, settings, owner=owner)
-    for extension in built:
-        extension.bind(registry.mapping())
+    for extension in built:  # every service exists now
+        extension.bound(registry)
     reaper = Reaper(db=db, coord=coord, actor=actor, runner=runner, owner=owner,
                     ttl=settings.lease_ttl, interval=settings.reaper_interval)
-    kernel.services.serve(registry.mapping())
     return Engine(
         kernel=kernel, extensions=built, services=registry, cap_groups=cap_groups,
         publisher=publisher, runner=runner, actor=actor, reaper=reaper,

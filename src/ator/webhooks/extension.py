@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ator.agent.extension import Extension, Kernel, TurnEnd
+from ator.agent.extension import Extension, Kernel, Services, TurnEnd
 from ator.agent.state import TurnContext, TurnState
 from ator.jobs import JobKinds, JobQueue
 from ator.net import Egress
@@ -68,7 +68,7 @@ class WebhooksExtension(Extension):
                                        value_bytes=s.workflow_value_bytes, threads=2)
         self.deliverer = Deliverer(s, kernel.db, kernel.master_key, queue, egress)
         self.outbound = Webhooks(kernel.db, kernel.master_key, queue, egress, self.event_types)
-        targets = Targets(kernel.db, kernel.waker, kernel.services)
+        self.targets = targets = Targets(kernel.db, kernel.waker)
         self.inbound = InboundHooks(s, kernel.db, kernel.master_key, queue, self.expressions,
                                     targets)
         for kind in (*self.deliverer.kinds(), *self.inbound.kinds()):
@@ -77,6 +77,9 @@ class WebhooksExtension(Extension):
 
     def ends(self) -> Sequence[TurnEnd]:
         return [self._end]
+
+    def bound(self, services: Services) -> None:
+        self.targets.services = services  # an inbound webhook may start a workflow run
 
     def job_kinds(self) -> Sequence[Any]:
         return list(self._kinds)

@@ -1,5 +1,5 @@
 """Where a mapped inbound webhook goes: a thread message or a workflow run (layer: webhooks;
-imports agent.extension (Waker, LateServices), store (mailbox, threads, setups,
+imports agent.extension (Waker, Services), store (mailbox, threads, setups,
 webhook_inbound), workflows (the service), errors).
 
 Each delivery is idempotent per received request, so the inbound job may run twice:
@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from ator.agent.extension import LateServices, Waker
-from ator.errors import Conflict, NotFound, ValidationFailed
+from ator.agent.extension import Services, Waker
+from ator.errors import ConfigError, Conflict, NotFound, ValidationFailed
 from ator.store import mailbox as mailbox_store
 from ator.store import setups as setup_store
 from ator.store import threads as thread_store
@@ -35,16 +35,21 @@ __all__ = ["Targets"]
 
 
 class Targets:
-    def __init__(self, db: Database, waker: Waker, services: LateServices) -> None:
+    def __init__(self, db: Database, waker: Waker) -> None:
         self.db = db
         self.waker = waker
-        self.services = services
+        self.services: Services | None = None  # the engine's, once bound (WebhooksExtension)
+
+    def _services(self) -> Services:
+        if self.services is None:
+            raise ConfigError("webhook targets: the engine's services are not bound yet")
+        return self.services
 
     async def check(self, scope: Scope, mapping: dict[str, Any]) -> UUID | None:
         """Check that what the mapping names is this org's; returns its fixed thread, if
         any. Raises NotFound (another org's is not found either)."""
         if mapping["to"] == "workflow":
-            await self.services.get(Workflows).get(scope, UUID(mapping["workflow_id"]))
+            await self._services().get(Workflows).get(scope, UUID(mapping["workflow_id"]))
             return None
         if "setup_id" in mapping:
             setup = await setup_store.get_setup(self.db, scope, UUID(mapping["setup_id"]))
@@ -99,7 +104,7 @@ class Targets:
         mapping = endpoint.mapping
         key = f"webhook:{endpoint.id}:{mapped.key}" if mapped.key else f"webhook:{received_id}"
         try:
-            run, created = await self.services.get(Workflows).start(
+            run, created = await self._services().get(Workflows).start(
                 scope, UUID(mapping["workflow_id"]), mapped.input, key=key,
                 version=mapping.get("version"))
         except (NotFound, ValidationFailed, Conflict) as exc:
