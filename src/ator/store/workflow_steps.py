@@ -8,8 +8,9 @@ transaction) → `running` (claimed by an attempt) → `done` | `failed`; `waiti
 Exactly-once: an attempt claims a step only while the step has no output and the run is
 running, and writes its output only `WHERE output IS NULL AND attempt = :attempt` (a later
 attempt's claim bumps `attempt`, fencing an earlier one out); an attempt row is unique per
-(step, attempt). Listing steps never reads an output: each row carries a preview of at most
-2 KB and the output's size, written with it.
+(step, attempt). Listing steps never reads an output: each row carries a preview (at most
+2 KB stored; a list shows its first 256 characters, so a 1,000-item map lists in well under
+1 MB) and the output's size, written with it.
 """
 
 from __future__ import annotations
@@ -368,8 +369,9 @@ async def fail_attempt(conn: Connection, step: ClaimedStep, error: str,
 # Reading (the API) ----------------------------------------------------------------------
 
 _LIST = sa.text("""
-SELECT id, parent_id, path, position, type, status, attempt, output_size, preview, error,
-       error_code, cost_usd, wake_at, created_at, finished_at
+SELECT id, parent_id, path, position, type, status, attempt, output_size,
+       left(preview, 256) AS preview, error, error_code, cost_usd, wake_at, created_at,
+       finished_at
   FROM workflow_steps
  WHERE run_id = :run_id AND org_id = :org_id
    AND (CAST(:after_at AS timestamptz) IS NULL

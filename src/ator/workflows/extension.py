@@ -52,7 +52,7 @@ class WorkflowsExtension(Extension):
         self._hooks = [RunBudget(kernel.db, kernel.prices)]
         self.workflows = Workflows(kernel.db, queue, s, self.types)
         self.reconciler = Reconciler(kernel.db, queue, self.expressions, self.types,
-                                     lease_ttl=s.workflow_lease_ttl,
+                                     kernel.coord, lease_ttl=s.workflow_lease_ttl,
                                      value_bytes=s.workflow_value_bytes,
                                      pause_ttl=s.workflow_pause_ttl)
         self.steps = StepRunner(kernel.db, queue, self.expressions, self.types)
