@@ -35,11 +35,11 @@ def worker_of(tmp_path: object) -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _worker(deployment: Deployment, procs: list[subprocess.Popen[bytes]]) -> None:
-    log = (deployment.log_dir / "worker.stderr.log").open("wb")
-    procs.append(subprocess.Popen(
-        [sys.executable, "-m", "ator.cli.main", "worker"], stdin=subprocess.DEVNULL,
-        stdout=log, stderr=subprocess.STDOUT,
-        env={**_clean_environ(), "ATOR_OWNER_ID": "e2e-worker", **deployment.env}))
+    with (deployment.log_dir / "worker.stderr.log").open("wb") as log:  # the child keeps it
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "ator.cli.main", "worker"], stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT,
+            env={**_clean_environ(), "ATOR_OWNER_ID": "e2e-worker", **deployment.env}))
 
 
 async def test_publish_start_twice_watch_cancel_over_a_real_serve_and_worker(
