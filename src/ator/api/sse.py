@@ -17,7 +17,7 @@ caller's wait slots (429 `too_many_waits` past the cap) for as long as it is ope
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 from uuid import UUID
 
@@ -31,7 +31,7 @@ from ator.engine.runtime import Ator
 from ator.errors import ValidationFailed
 from ator.store.records import Principal
 
-__all__ = ["router", "sse"]
+__all__ = ["router", "sse", "sse_cursor", "stream_response"]
 
 router = APIRouter(prefix="/v1")
 
@@ -45,7 +45,7 @@ def sse(frame: dict[str, Any]) -> bytes:
     return f"{head}event: {frame['type']}\ndata: {body}\n\n".encode()
 
 
-def _cursor(last_event_id: str | None, after_seq: int) -> int:
+def sse_cursor(last_event_id: str | None, after_seq: int) -> int:
     if last_event_id is None or not last_event_id.strip():
         return after_seq
     try:
@@ -68,7 +68,7 @@ async def stream_thread(
     p: Principal = Depends(require("viewer")),
     ator: Ator = Depends(get_ator),
 ) -> StreamingResponse:
-    cursor = _cursor(last_event_id, after_seq)
+    cursor = sse_cursor(last_event_id, after_seq)
     slots: WaitSlots = request.app.state.wait_slots
     held = contextlib.ExitStack()
     held.enter_context(slots.hold(p.org_id, p.user_id))
@@ -79,10 +79,18 @@ async def stream_thread(
         held.close()
         raise
 
+    return stream_response(frames, held, "thread")
+
+
+def stream_response(frames: AsyncGenerator[dict[str, Any] | None, None],
+                    held: contextlib.ExitStack, what: str) -> StreamingResponse:
+    """Frames as a `text/event-stream` (None frames as keepalive comments); `held` (the
+    caller's wait slot) is let go when the stream ends."""
+
     async def body() -> AsyncIterator[bytes]:
         with held:
             try:
-                yield b": stream of thread events\n\n"
+                yield f": stream of {what} events\n\n".encode()
                 async for frame in frames:
                     yield b": keepalive\n\n" if frame is None else sse(frame)
             finally:

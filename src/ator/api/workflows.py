@@ -14,7 +14,9 @@
                                               run's state does not allow it
     GET  /v1/runs/{id}/steps?cursor&limit     without outputs: `preview` (≤ 2 KB), `output_size`
     GET  /v1/runs/{id}/steps/{step_id}        one step with its whole output
-    GET  /v1/runs/{id}/events?after_seq&limit the append-only log, per-run `seq`
+    GET  /v1/runs/{id}/events?after_seq&limit&wait  the append-only log, per-run `seq`
+                                              (`wait` s: long-poll for the next commit)
+    GET  /v1/runs/{id}/stream                 the same as server-sent events (Last-Event-ID)
 
 Another org's workflow or run is a 404. Recipes and inputs are bounded free JSON.
 """
@@ -23,15 +25,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
 from pydantic import Field
 
 from ator.api.auth import get_ator, require
+from ator.api.limits import WaitSlots
 from ator.api.schemas import _Body
+from ator.api.sse import sse_cursor, stream_response
 from ator.engine.runtime import Ator
 from ator.errors import ValidationFailed
 from ator.security.limits import JsonLimits, check_json
@@ -278,10 +284,39 @@ async def get_step(run_id: UUID, step_id: UUID, p: Principal = Depends(require("
 
 
 @router.get("/runs/{run_id}/events")
-async def run_events(run_id: UUID, p: Principal = Depends(require("viewer")),
+async def run_events(run_id: UUID, request: Request, p: Principal = Depends(require("viewer")),
                      ator: Ator = Depends(get_ator), after_seq: int = Query(default=0, ge=0),
-                     limit: int = Query(default=100, ge=1, le=1000)) -> dict[str, Any]:
-    rows = await _flows(ator).events(p.scope, run_id, after=after_seq, limit=limit)
-    events = [{"seq": e["seq"], "kind": e["kind"], "data": e["data"],
-               "created_at": _iso(e["created_at"])} for e in rows]
+                     limit: int = Query(default=100, ge=1, le=1000),
+                     wait: float = Query(default=0, ge=0, le=60)) -> dict[str, Any]:
+    if wait > 0:  # long-poll, like a thread's events: the next commit within `wait` s
+        slots: WaitSlots = request.app.state.wait_slots
+        with slots.hold(p.org_id, p.user_id):
+            frames = await ator.wait_run_events(p.scope, run_id, after_seq=after_seq,
+                                                timeout=wait, limit=limit)
+        events = [{"seq": f["seq"], "kind": f["type"], "data": f["data"]["data"],
+                   "created_at": f["data"]["created_at"]} for f in frames]
+    else:
+        rows = await _flows(ator).events(p.scope, run_id, after=after_seq, limit=limit)
+        events = [{"seq": e["seq"], "kind": e["kind"], "data": e["data"],
+                   "created_at": _iso(e["created_at"])} for e in rows]
     return {"data": events, "next_after_seq": events[-1]["seq"] if events else after_seq}
+
+
+@router.get("/runs/{run_id}/stream")
+async def stream_run(run_id: UUID, request: Request,
+                     after_seq: int = Query(default=0, ge=0, le=2**62),
+                     last_event_id: str | None = Header(default=None, max_length=32),
+                     p: Principal = Depends(require("viewer")),
+                     ator: Ator = Depends(get_ator)) -> StreamingResponse:
+    """The run's events as server-sent events, like a thread's stream (api/sse.py)."""
+    cursor = sse_cursor(last_event_id, after_seq)
+    slots: WaitSlots = request.app.state.wait_slots
+    held = contextlib.ExitStack()
+    held.enter_context(slots.hold(p.org_id, p.user_id))
+    try:
+        frames = await ator.run_frames(p.scope, run_id, after_seq=cursor, keepalive=15.0)
+    except BaseException:
+        held.close()
+        raise
+
+    return stream_response(frames, held, "run")

@@ -35,7 +35,7 @@ from ator.agent.hooks import LoopHook
 from ator.coord import coordinator_from_url
 from ator.coord.base import Coordinator
 from ator.cost.prices import PriceTable
-from ator.engine import stream
+from ator.engine import run_stream, stream
 from ator.engine.actor import lease_key
 from ator.engine.asks import TurnResult
 from ator.engine.mcp import McpService
@@ -471,17 +471,26 @@ class Ator:
         coordinator's shared subscription (one connection per process, whatever the number
         of waiters). Raises NotFound (another org's thread)."""
         await thread_store.get_thread(self.db, scope, thread_id)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         async with ThreadFollow(self.db, self.coord, scope, thread_id, after_seq=after_seq,
                                 inbox=16) as reader:
-            found = await reader.catch_up(limit)
-            while not found and (left := deadline - loop.time()) > 0:
-                frames = await reader.next(left)
-                if frames is None:
-                    break
-                found = frames
-        return found[:limit]
+            return await stream.wait_frames(reader, timeout=timeout, limit=limit)
+
+    async def wait_run_events(self, scope: Scope, run_id: UUID, *, after_seq: int,
+                              timeout: float, limit: int = 200) -> list[dict[str, Any]]:
+        """`wait_events` for a workflow run's event log (frames of engine.run_stream).
+        Raises NotFound (another org's run)."""
+        await run_stream.check_run(self.db, scope, run_id)
+        async with run_stream.RunFollow(self.db, self.coord, scope, run_id,
+                                        after_seq=after_seq, inbox=16) as reader:
+            return await stream.wait_frames(reader, timeout=timeout, limit=limit)
+
+    async def run_frames(self, scope: Scope, run_id: UUID, *, after_seq: int = 0,
+                         keepalive: float | None = None
+                         ) -> AsyncGenerator[dict[str, Any] | None, None]:
+        """A workflow run's event frames after `after_seq`, replayed then live (None after
+        `keepalive` quiet seconds). Raises NotFound (another org's run) before streaming."""
+        return await run_stream.run_frames(self.db, self.coord, scope, run_id,
+                                           after_seq=after_seq, keepalive=keepalive)
 
     async def turn(self, scope: Scope, turn_id: UUID) -> Turn:
         return await turn_store.get_turn(self.db, scope, turn_id)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
-from typing import Any
+from typing import Any, Self
 from uuid import UUID
 
 from ator import jsonenc
@@ -37,7 +37,8 @@ from ator.store import threads as thread_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["ThreadFollow", "open_feed", "read_frames", "resume_feed", "thread_frames"]
+__all__ = ["LogFollow", "ThreadFollow", "follow_frames", "open_feed", "read_frames", "resume_feed",
+           "thread_frames", "wait_frames"]
 
 _PAGE = 500
 _INBOX = 64  # notices a reader may fall behind by before it re-reads the database
@@ -120,30 +121,35 @@ async def _frames(
                 yield frame
 
 
-class ThreadFollow:
-    """The one way to follow a thread's committed frames: its notices subscribed, a cursor,
-    and the database reads that move the cursor. SSE and sockets (`thread_frames`,
-    `open_feed`), the long-poll (`Ator.wait_events`) and `Ator.ask` all read through it.
+class LogFollow:
+    """The one way to follow an append-only log with a dense per-log `seq` (a thread's
+    events, a workflow run's): its notices subscribed, a cursor, and the database reads
+    that move the cursor. Subclasses say which channel and how a page is read.
 
     Enter it BEFORE reading or acting (a commit after that is in the notices). With a known
     `after_seq`, every frame after it comes exactly once and in seq order: a notice that
-    starts past the cursor, or notices lost to a full inbox, send it back to the database.
-    With `after_seq=None` (a caller that subscribes and then submits, so everything after
-    is in the notices), frames are taken as notices bring them until the caller `rewind`s
-    to a seq it learned (the cursor is known from the first notice on)."""
+    starts past the cursor, notices lost to a full inbox, or a notice that only says "look"
+    (`{"wake": …}`, no frames) send it back to the database. With `after_seq=None` (a caller
+    that subscribes and then submits, so everything after is in the notices), frames are
+    taken as notices bring them until the caller `rewind`s to a seq it learned (the cursor
+    is known from the first notice on)."""
 
-    def __init__(self, db: Database, coord: Coordinator, scope: Scope, thread_id: UUID, *,
+    def __init__(self, db: Database, coord: Coordinator, scope: Scope, channel: str, *,
                  after_seq: int | None, inbox: int = _INBOX) -> None:
-        self.db, self.coord, self.scope, self.thread_id = db, coord, scope, thread_id
+        self.db, self.coord, self.scope, self.channel = db, coord, scope, channel
         self.seq = after_seq
         self._inbox = inbox
         self._dropped = 0
         self._stack = contextlib.AsyncExitStack()
         self._notices: Waiter | None = None
 
-    async def __aenter__(self) -> ThreadFollow:
+    async def read_page(self, after_seq: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """(how many records the page had, their frames) after `after_seq`."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
         self._notices = await self._stack.enter_async_context(
-            self.coord.hub.subscribe(thread_channel(self.thread_id), inbox=self._inbox))
+            self.coord.hub.subscribe(self.channel, inbox=self._inbox))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -177,16 +183,18 @@ class ThreadFollow:
         self._dropped = self.notices.dropped
         while limit is None or len(out) < limit:
             want = _PAGE if limit is None else min(_PAGE, limit - len(out))
-            page = await event_store.read_events(self.db, self.scope, self.thread_id,
-                                                 after_seq=self.seq, limit=want)
-            out.extend(self._take(event_frame(self.thread_id, e) for e in page))
-            if len(page) < want:
+            n, page = await self.read_page(self.seq, want)
+            out.extend(self._take(page))
+            if n < want:
                 break
         return out
 
     async def take(self, message: str) -> list[dict[str, Any]]:
         """The new frames of one notice, in order."""
-        frames = jsonenc.loads(message).get("frames", [])
+        notice = jsonenc.loads(message)
+        if "wake" in notice and self.seq is not None:
+            return await self.catch_up()
+        frames = notice.get("frames", [])
         if self.seq is None:
             if frames:
                 self.seq = int(frames[-1]["seq"])
@@ -203,6 +211,53 @@ class ThreadFollow:
                 self.seq += 1
                 out.append(frame)
         return out
+
+
+class ThreadFollow(LogFollow):
+    """A thread's committed frames. SSE and sockets (`thread_frames`, `open_feed`), the
+    long-poll (`Ator.wait_events`) and `Ator.ask` all read through it."""
+
+    def __init__(self, db: Database, coord: Coordinator, scope: Scope, thread_id: UUID, *,
+                 after_seq: int | None, inbox: int = _INBOX) -> None:
+        super().__init__(db, coord, scope, thread_channel(thread_id), after_seq=after_seq,
+                         inbox=inbox)
+        self.thread_id = thread_id
+
+    async def read_page(self, after_seq: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        page = await event_store.read_events(self.db, self.scope, self.thread_id,
+                                             after_seq=after_seq, limit=limit)
+        return len(page), [event_frame(self.thread_id, e) for e in page]
+
+
+async def wait_frames(follow: LogFollow, *, timeout: float, limit: int
+                      ) -> list[dict[str, Any]]:
+    """Long-poll on an entered follow: what is after its cursor now, else the frames of the
+    next commit within `timeout` seconds ([] on timeout)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    found = await follow.catch_up(limit)
+    while not found and (left := deadline - loop.time()) > 0:
+        frames = await follow.next(left)
+        if frames is None:
+            break
+        found = frames
+    return found[:limit]
+
+
+async def follow_frames(follow: LogFollow, keepalive: float | None
+                        ) -> AsyncGenerator[dict[str, Any] | None, None]:
+    """An entered follow's frames, replayed then live, with None after `keepalive` quiet
+    seconds (having re-read the database: a lost notice costs at most that long)."""
+    for frame in await follow.catch_up():
+        yield frame
+    async for item in _merged(follow.notices, None, keepalive):
+        if item is None:
+            for frame in await follow.catch_up():
+                yield frame
+            yield None
+            continue
+        for frame in await follow.take(item[1]):
+            yield frame
 
 
 async def _merged(notices: Waiter, tokens: Waiter | None, keepalive: float | None

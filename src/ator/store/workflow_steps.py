@@ -8,8 +8,9 @@ transaction) → `running` (claimed by an attempt) → `done` | `failed`; `waiti
 Exactly-once: an attempt claims a step only while the step has no output and the run is
 running, and writes its output only `WHERE output IS NULL AND attempt = :attempt` (a later
 attempt's claim bumps `attempt`, fencing an earlier one out); an attempt row is unique per
-(step, attempt). Listing steps never reads an output: each row carries a preview of at most
-2 KB and the output's size, written with it.
+(step, attempt). Listing steps never reads an output: each row carries a preview (at most
+2 KB stored; a list shows its first 256 characters, so a 1,000-item map lists in well under
+1 MB) and the output's size, written with it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sqlalchemy as sa
 
 from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
-from ator.store.workflows import dumps, preview
+from ator.store.workflows import EVENT_PARTS, dumps, preview
 
 __all__ = ["ClaimedStep", "NewStep", "Spent"]
 
@@ -283,12 +284,21 @@ SELECT s.run_id, s.status, s.output IS NOT NULL AS has_output, r.status AS run_s
  WHERE s.id = :id AND s.org_id = :org_id
 """)
 
+# One round trip for the hot path: the output (fenced by the attempt), the attempt's
+# outcome, and the `step_done` event that bumps the run's `changes` — the step row first,
+# then the run row, the order the reconciler's release relies on (store/workflows.py).
 _COMPLETE = sa.text("""
-UPDATE workflow_steps SET status = 'done', output = CAST(:output AS jsonb),
-       output_size = :size, preview = :preview, error = NULL, error_code = NULL,
-       finished_at = now()
- WHERE id = :id AND attempt = :attempt AND output IS NULL AND status = 'running'
-RETURNING run_id
+WITH _s AS (
+  UPDATE workflow_steps SET status = 'done', output = CAST(:output AS jsonb),
+         output_size = :size, preview = :preview, error = NULL, error_code = NULL,
+         finished_at = now()
+   WHERE id = :id AND attempt = :attempt AND output IS NULL AND status = 'running'
+  RETURNING id, run_id),
+_a AS (
+  UPDATE workflow_attempts SET outcome = 'done', finished_at = now()
+   WHERE step_id = (SELECT id FROM _s) AND attempt = :attempt),""" + EVENT_PARTS.format(
+    run="(SELECT run_id FROM _s)") + """
+SELECT seq FROM _e
 """)
 
 # What an attempt spent (an agent turn's usage and cost), with its outcome and the run's sum.
@@ -344,12 +354,13 @@ async def _spent(conn: Connection, step: ClaimedStep, spent: Spent | None) -> No
 
 async def complete(conn: Connection, step: ClaimedStep, output: str, size: int,
                    preview: str, spent: Spent | None = None) -> bool:
-    """Store the attempt's output and what it spent (False: another attempt fenced it out)."""
-    row = (await conn.execute(_COMPLETE, {"id": step.id, "attempt": step.attempt,
-                                          "output": output, "size": size,
-                                          "preview": preview})).first()
+    """Store the attempt's output, its `step_done` event and what it spent, in the caller's
+    transaction (False: another attempt fenced it out, and nothing was written)."""
+    row = (await conn.execute(_COMPLETE, {
+        "id": step.id, "attempt": step.attempt, "output": output, "size": size,
+        "preview": preview, "bump": 1, "progress": True, "kind": "step_done",
+        "data": dumps({"step": step.path, "attempt": step.attempt, "size": size})})).first()
     if row is not None:
-        await conn.execute(_OUTCOME, {"id": step.id, "attempt": step.attempt, "outcome": "done"})
         await _spent(conn, step, spent)
     return row is not None
 
@@ -368,8 +379,9 @@ async def fail_attempt(conn: Connection, step: ClaimedStep, error: str,
 # Reading (the API) ----------------------------------------------------------------------
 
 _LIST = sa.text("""
-SELECT id, parent_id, path, position, type, status, attempt, output_size, preview, error,
-       error_code, cost_usd, wake_at, created_at, finished_at
+SELECT id, parent_id, path, position, type, status, attempt, output_size,
+       left(preview, 256) AS preview, error, error_code, cost_usd, wake_at, created_at,
+       finished_at
   FROM workflow_steps
  WHERE run_id = :run_id AND org_id = :org_id
    AND (CAST(:after_at AS timestamptz) IS NULL

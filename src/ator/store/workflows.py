@@ -37,6 +37,7 @@ from ator.store.scope import Scope
 
 __all__ = [
     "ENDED",
+    "EVENT_PARTS",
     "PREVIEW_BYTES",
     "PROGRESS",
     "NewRun",
@@ -192,15 +193,21 @@ SELECT {_RUN_COLS} FROM workflow_runs
 
 # One statement: the next seq of the run (and, for what the reconciler must look at, a bump
 # of `changes`), and the event.
-_EVENT = sa.text("""
-WITH r AS (
+#: The event append as CTE parts over a run id expression `{run}` (a parameter, or a
+#: column of an earlier CTE): `_r` bumps the run's seq (and `changes`, and the no-progress
+#: clock), `_e` inserts the event. A statement that also writes what the event reports
+#: appends both in the same round trip (store/workflow_steps.py's completion).
+EVENT_PARTS = """
+_r AS (
   UPDATE workflow_runs SET event_seq = event_seq + 1, changes = changes + :bump,
          progress_at = CASE WHEN :progress THEN now() ELSE progress_at END
-   WHERE id = :run_id RETURNING org_id, event_seq)
-INSERT INTO workflow_events (run_id, seq, org_id, kind, data)
-SELECT :run_id, r.event_seq, r.org_id, :kind, CAST(:data AS jsonb) FROM r
-RETURNING seq
-""")
+   WHERE id = {run} RETURNING id, org_id, event_seq),
+_e AS (
+  INSERT INTO workflow_events (run_id, seq, org_id, kind, data)
+  SELECT _r.id, _r.event_seq, _r.org_id, :kind, CAST(:data AS jsonb) FROM _r
+  RETURNING seq)"""
+
+_EVENT = sa.text("WITH " + EVENT_PARTS.format(run=":run_id") + "\nSELECT seq FROM _e")
 
 _EVENTS = sa.text("""
 SELECT seq, kind, data, created_at FROM workflow_events

@@ -66,7 +66,7 @@ class WorkflowsExtension(Extension):
                                              master_key=kernel.master_key))
         self.workflows = Workflows(kernel.db, queue, s, kernel.coord, self.types)
         self.reconciler = Reconciler(kernel.db, queue, self.expressions, self.types,
-                                     lease_ttl=s.workflow_lease_ttl,
+                                     kernel.coord, lease_ttl=s.workflow_lease_ttl,
                                      value_bytes=s.workflow_value_bytes,
                                      pause_ttl=s.workflow_pause_ttl)
         self.steps = StepRunner(kernel.db, queue, self.expressions, self.types)

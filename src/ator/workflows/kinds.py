@@ -15,10 +15,15 @@ from ator.jobs import JobQueue
 from ator.store.database import Connection
 from ator.store.scope import Scope
 
-__all__ = ["RECONCILE", "STEP", "wake"]
+__all__ = ["RECONCILE", "STEP", "run_channel", "wake"]
 
 RECONCILE = "workflow.reconcile"
 STEP = "workflow.step"
+
+
+def run_channel(run_id: UUID | str) -> str:
+    """The coordinator channel a run's "look, new events" notices go to."""
+    return f"run:{run_id}"
 
 
 async def wake(queue: JobQueue, conn: Connection, scope: Scope, run_id: UUID, *,

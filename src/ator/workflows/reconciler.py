@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from ator.coord.base import Coordinator
 from ator.jobs import JobContext, JobQueue, LeaseLost, Retry
 from ator.obs.logging import get_logger
 from ator.store import workflow_steps as step_store
@@ -41,21 +42,23 @@ from ator.store.database import Connection, Database
 from ator.store.scope import Scope
 from ator.store.workflow_steps import NewStep
 from ator.workflows.expressions import ExpressionError, Expressions
-from ator.workflows.kinds import wake
+from ator.workflows.kinds import run_channel, wake
 from ator.workflows.step_types import StepTypes, Tick
 
 __all__ = ["Reconciler"]
 
 log = get_logger("ator.workflows.reconciler")
 
+_LOOK = '{"wake":1}'
 _SHIFT = 30.0  # seconds one reconcile job keeps ticking before it hands over
 
 
 class Reconciler:
     def __init__(self, db: Database, queue: JobQueue, expressions: Expressions,
-                 types: StepTypes, *, lease_ttl: float, value_bytes: int,
+                 types: StepTypes, coord: Coordinator, *, lease_ttl: float, value_bytes: int,
                  pause_ttl: float) -> None:
         self.db = db
+        self.coord = coord
         self.types = types
         self.queue = queue
         self.expressions = expressions
@@ -76,6 +79,9 @@ class Reconciler:
         try:
             while True:
                 seen, wake_at, idle_at = await self._tick(ctx.scope, run_id, owner)
+                # Persist, then emit: the tick committed; followers of the run's log read
+                # what it (and the step ends that woke it) wrote.
+                await self.coord.publish(run_channel(run_id), _LOOK)
                 async with self.db.begin() as conn:
                     now = await run_store.changes_locked(conn, run_id, owner)
                     if now is None:

@@ -72,9 +72,7 @@ class StepRunner:
             # Step row, then run row (the event bumps `changes`), then the wake: the order
             # the reconciler's release relies on (store/workflows.py).
             if await step_store.complete(conn, step, output, size, run_store.preview(output),
-                                         _spent(attempt)):
-                await run_store.add_event(conn, step.run_id, "step_done", {
-                    "step": step.path, "attempt": step.attempt, "size": size}, bump=True)
+                                         _spent(attempt)):  # with its step_done event
                 await wake(self.queue, conn, ctx.scope, step.run_id)
             await ctx.complete(conn)
 
