@@ -23,7 +23,7 @@ from ator.workflows.expressions import Expressions
 from ator.workflows.kinds import RECONCILE, STEP
 from ator.workflows.reconciler import Reconciler
 from ator.workflows.service import Workflows
-from ator.workflows.step_types import StepTypes
+from ator.workflows.step_types import RunEnd, StepTypes
 from ator.workflows.steps import StepRunner
 from ator.workflows.types import builtin_types
 
@@ -46,15 +46,17 @@ class WorkflowsExtension(Extension):
         ])
         # The queue this extension enqueues on knows its own kinds (their attempts policy).
         queue = JobQueue(kernel.db, self._kinds)
+        # What closes a run also writes these parts, in the same transaction (run_closed).
+        self.run_ends: list[RunEnd] = []
         self.types = StepTypes(builtin_types(asker=kernel.asker,
                                              egress=Egress.from_settings(s),
                                              master_key=kernel.master_key))
         self._hooks = [RunBudget(kernel.db, kernel.prices)]
-        self.workflows = Workflows(kernel.db, queue, s, self.types)
+        self.workflows = Workflows(kernel.db, queue, s, self.types, self.run_ends)
         self.reconciler = Reconciler(kernel.db, queue, self.expressions, self.types,
                                      kernel.coord, lease_ttl=s.workflow_lease_ttl,
                                      value_bytes=s.workflow_value_bytes,
-                                     pause_ttl=s.workflow_pause_ttl)
+                                     pause_ttl=s.workflow_pause_ttl, ends=self.run_ends)
         self.steps = StepRunner(kernel.db, queue, self.expressions, self.types)
 
     async def _reconcile(self, ctx: Any, payload: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -28,7 +29,7 @@ from ator.store.scope import Scope
 from ator.store.workflows import NewRun
 from ator.workflows.kinds import wake
 from ator.workflows.recipe import Limits, Recipes, validate_input
-from ator.workflows.step_types import StepTypes
+from ator.workflows.step_types import RunEnd, StepTypes, run_closed
 from ator.workflows.types import builtin_types
 
 __all__ = ["Workflows"]
@@ -36,8 +37,9 @@ __all__ = ["Workflows"]
 
 class Workflows:
     def __init__(self, db: Database, queue: JobQueue, settings: Settings,
-                 types: StepTypes | None = None) -> None:
+                 types: StepTypes | None = None, ends: Sequence[RunEnd] = ()) -> None:
         self.db = db
+        self.ends = ends
         self.queue = queue
         self.settings = settings
         self.limits = Limits(settings.workflow_max_steps_ceiling,
@@ -160,6 +162,7 @@ class Workflows:
             row = await run_store.cancel(conn, scope, run_id, reason)
             if row is not None:
                 await self._changed(conn, scope, run_id, "run_cancelled", {"reason": reason})
+                await run_closed(self.ends, conn, run_id, row["org_id"], "cancelled", reason)
         return row or await self._refused(scope, run_id, "cancelled", "running or paused")
 
     async def steps(self, scope: Scope, run_id: UUID, *,
