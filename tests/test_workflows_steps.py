@@ -211,3 +211,29 @@ async def test_a_run_with_no_progress_closes_with_a_typed_reason(
     done = await settled(runtime, scope, run["id"], timeout=30)
     assert (done["status"], done["fail_reason"]) == ("failed", "no_progress")
     _ = uuid
+
+
+async def test_every_close_of_a_run_reaches_the_run_end_seam_once(runtime: Ator) -> None:
+    from ator.workflows.extension import WorkflowsExtension
+
+    closes: list[tuple[str, str | None]] = []
+
+    class Record:
+        async def closed(self, conn: Any, run_id: Any, org_id: Any, status: str,
+                         reason: str | None) -> None:
+            closes.append((status, reason))
+
+    [ext] = [e for e in runtime.engine.extensions if isinstance(e, WorkflowsExtension)]
+    ext.run_ends.append(Record())
+    scope = await org(runtime)
+    ok = await _run(runtime, scope, recipe({"id": "a", "type": "transform", "expr": "1"}))
+    bad = await _run(runtime, scope, recipe({"id": "a", "type": "transform", "expr": "1"},
+                                            budget={"max_steps": 1},
+                                            on_error="fail") | {"steps": [
+        {"id": "m", "type": "map", "over": "[1..5]",
+         "step": {"type": "transform", "expr": "item"}}]})
+    wf = await published(runtime, scope, recipe({"id": "w", "type": "wait", "seconds": 600}))
+    run, _ = await runtime.service(Workflows).start(scope, wf, {})
+    await runtime.service(Workflows).cancel(scope, run["id"], "enough")
+    assert (ok["status"], bad["fail_reason"]) == ("succeeded", "max_steps")
+    assert closes == [("succeeded", None), ("failed", "max_steps"), ("cancelled", "enough")]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -33,7 +33,7 @@ from ator.store.scope import Scope
 from ator.store.workflows import NewRun
 from ator.workflows.kinds import wake
 from ator.workflows.recipe import Limits, Recipes, validate_input
-from ator.workflows.step_types import StepTypes
+from ator.workflows.step_types import RunEnd, StepTypes, run_closed
 from ator.workflows.types import builtin_types
 
 __all__ = ["Workflows"]
@@ -41,9 +41,11 @@ __all__ = ["Workflows"]
 
 class Workflows:
     def __init__(self, db: Database, queue: JobQueue, settings: Settings,
-                 coord: Coordinator | None = None, types: StepTypes | None = None) -> None:
+                 coord: Coordinator | None = None, types: StepTypes | None = None,
+                 ends: Sequence[RunEnd] = ()) -> None:
         self.db = db
         self.coord = coord  # where a newly published version is announced
+        self.ends = ends
         self.queue = queue
         self.settings = settings
         self.limits = Limits(settings.workflow_max_steps_ceiling,
@@ -180,6 +182,7 @@ class Workflows:
             row = await run_store.cancel(conn, scope, run_id, reason)
             if row is not None:
                 await self._changed(conn, scope, run_id, "run_cancelled", {"reason": reason})
+                await run_closed(self.ends, conn, run_id, row["org_id"], "cancelled", reason)
         return row or await self._refused(scope, run_id, "cancelled", "running or paused")
 
     async def steps(self, scope: Scope, run_id: UUID, *,
