@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from ator import Ator
+from ator.analyses import Analyses
 from ator.security.redact import scrub_urls
 from ator.store import threads as thread_store
 from ator.store import webhook_inbound as store
@@ -300,3 +301,64 @@ async def test_ten_requests_with_one_key_at_once_reach_one_thread(make_ator: Any
         threads = await thread_store.list_threads(runtime.db, Scope(uuid.UUID(org_id)),
                                                   setup_id=uuid.UUID(setup_id))
         assert len(threads) == 1
+
+
+NOTE_KIND = {"input": {"source": "payload"}, "key_fields": ["customer", "amount"],
+             "model": {"provider": "scripted", "model": "scripted",
+                       "config": {"script": [{"text": '{"risk": "high"}'}],
+                                  "repeat_last": True}},
+             "output_schema": {"type": "object", "required": ["risk"],
+                               "properties": {"risk": {"type": "string"}}},
+             "rule": {"output": {"risk": "unknown"}}}
+
+
+async def test_a_webhook_arriving_triggers_an_analysis_of_its_target(make_ator: Any) -> None:
+    async with operator_client(make_ator, **SETTINGS) as (client, operator, runtime):
+        await runtime.start_jobs()
+        org_id, a = await org_admin(client, operator)
+        put = await client.put("/v1/analyses/kinds/order_risk", headers=auth(a),
+                               json={"spec": NOTE_KIND})
+        assert put.status_code in (200, 201), put.text
+        unknown = await client.post("/v1/webhooks/inbound", headers=auth(a), json={
+            "name": "x", "mapping": {"to": "analysis", "kind": "no_such_kind",
+                                     "target": "customer"}})
+        assert unknown.status_code == 404, unknown.text
+        made = (await client.post("/v1/webhooks/inbound", headers=auth(a), json={
+            "name": "orders", "mapping": {"to": "analysis", "kind": "order_risk",
+                                          "target": '"customer:" & customer',
+                                          "input": '{"customer": customer, '
+                                                   '"amount": total}'}})).json()
+        assert "id" in made, made
+
+        async def analyses() -> list[dict[str, Any]]:
+            got = (await client.get("/v1/analyses", headers=auth(a),
+                                    params={"kind": "order_risk"})).json()
+            return list(got["data"])
+
+        async def send(n: int) -> store.Received:
+            body, headers = signed(made["secret"], f"msg_r{n}",
+                                   {"customer": "c-7", "total": 99, "noise": n})
+            sent = await client.post(f"/v1/hooks/{made['id']}", content=body, headers=headers)
+            assert sent.status_code == 202, sent.text
+            return await delivered(runtime, org_id, sent.json()["id"])
+
+        first = await send(0)
+        assert first.status == "delivered" and first.result is not None, first.error
+        assert first.result["target"] == "customer:c-7"
+
+        async def one() -> bool:
+            return len(await analyses()) == 1
+        await until(one)
+        [made_one] = await analyses()
+        assert made_one["target"] == "customer:c-7" and made_one["model"] == "scripted"
+        # The same order again (another webhook id, other noise): the analysis's hash of its
+        # key fields serves it from the cache, no second model call, no second record.
+        second = await send(1)
+        assert second.status == "delivered", second.error
+        scope = Scope(uuid.UUID(org_id))
+
+        async def hit() -> bool:
+            stats = await runtime.service(Analyses).stats(scope)
+            return any(s.get("cache_hits") for s in stats)
+        await until(hit)
+        assert len(await analyses()) == 1

@@ -12,7 +12,11 @@ one of:
   starts a thread of its own;
 - `{"to": "workflow", "workflow_id": "<uuid>", "input": "<expr>", "key": "<expr>",
   "version": <n>}`: a run of that workflow (latest version unless named) with the input
-  (default: the whole payload); the same key (default: the request) starts one run.
+  (default: the whole payload); the same key (default: the request) starts one run;
+- `{"to": "analysis", "kind": "<name>", "target": "<expr>", "input": "<expr>"}`: a run of
+  the org's analysis kind on that target with the input as its payload (default: the
+  whole payload) — "a webhook arrived" as an analysis trigger; the analysis's own hash
+  cache makes a redelivery free.
 
 A text that is not a string is sent as compact JSON. A payload that is not JSON, an
 expression that fails, or a value of the wrong kind is a `MappingError`, kept with the
@@ -35,8 +39,9 @@ MAX_TEXT = 32_000
 MAX_KEY = 200
 MAX_EXPR = 4096
 _FIELDS = {"thread": ({"to", "text"}, {"thread_id", "setup_id", "key", "title"}),
-           "workflow": ({"to", "workflow_id"}, {"input", "key", "version"})}
-_EXPRESSIONS = ("text", "key", "title", "input")
+           "workflow": ({"to", "workflow_id"}, {"input", "key", "version"}),
+           "analysis": ({"to", "kind", "target"}, {"input"})}
+_EXPRESSIONS = ("text", "key", "title", "input", "target")
 
 
 class MappingError(ValidationFailed):
@@ -50,7 +55,8 @@ def _invalid(message: str) -> ValidationFailed:
 def check_mapping(raw: Any) -> dict[str, Any]:
     """A mapping as stored. Raises ValidationFailed (422 `webhook_mapping_invalid`)."""
     if not isinstance(raw, dict) or raw.get("to") not in _FIELDS:
-        raise _invalid('a mapping is an object whose "to" is "thread" or "workflow"')
+        raise _invalid('a mapping is an object whose "to" is "thread", "workflow" or '
+                       '"analysis"')
     needed, optional = _FIELDS[raw["to"]]
     missing, unknown = sorted(needed - set(raw)), sorted(set(raw) - needed - optional)
     if missing or unknown:
@@ -77,6 +83,9 @@ def check_mapping(raw: Any) -> dict[str, Any]:
                            "setup_id (a thread per key)")
         if "thread_id" in out and ({"key", "title"} & set(out)):
             raise _invalid("key and title choose or make a thread: they go with setup_id")
+    if raw["to"] == "analysis" and (not isinstance(out["kind"], str) or
+                                    not 1 <= len(out["kind"]) <= 63):
+        raise _invalid("kind names one of the org's analysis kinds")
     if "version" in out and (type(out["version"]) is not int or out["version"] < 1):
         raise _invalid("version is a published version number (≥ 1)")
     return out
@@ -90,6 +99,7 @@ class Mapped:
     key: str | None = None
     title: str = ""
     input: Any = None
+    target: str | None = None
 
 
 def _key(value: Any) -> str | None:
@@ -119,6 +129,14 @@ async def apply(expressions: Expressions, mapping: dict[str, Any], body: bytes) 
     if mapping["to"] == "workflow":
         return Mapped(key=_key(values.get("key")),
                       input=values["input"] if "input" in mapping else payload)
+    if mapping["to"] == "analysis":
+        given = values["input"] if "input" in mapping else payload
+        if not isinstance(given, dict) or not given:
+            raise MappingError("an analysis's input is a non-empty object")
+        target = _key(values.get("target"))
+        if target is None:
+            raise MappingError("the mapping made no target")
+        return Mapped(input=given, target=target)
     text = values.get("text")
     if text is not None and not isinstance(text, str):
         text = json.dumps(text, separators=(",", ":"), ensure_ascii=False)

@@ -1,6 +1,6 @@
-"""Where a mapped inbound webhook goes: a thread message or a workflow run (layer: webhooks;
-imports agent.extension (Waker, Services), store (mailbox, threads, setups,
-webhook_inbound), workflows (the service), errors).
+"""Where a mapped inbound webhook goes: a thread message, a workflow run or an analysis run
+(layer: webhooks; imports agent.extension (Waker, Services), analyses and workflows (their
+services), store (mailbox, threads, setups, webhook_inbound), errors).
 
 Each delivery is idempotent per received request, so the inbound job may run twice:
 
@@ -21,6 +21,7 @@ from typing import Any
 from uuid import UUID
 
 from ator.agent.extension import Services, Waker
+from ator.analyses import Analyses
 from ator.errors import ConfigError, Conflict, NotFound, ValidationFailed
 from ator.store import mailbox as mailbox_store
 from ator.store import setups as setup_store
@@ -51,6 +52,9 @@ class Targets:
         if mapping["to"] == "workflow":
             await self._services().get(Workflows).get(scope, UUID(mapping["workflow_id"]))
             return None
+        if mapping["to"] == "analysis":
+            await self._services().get(Analyses).kind(scope, mapping["kind"])
+            return None
         if "setup_id" in mapping:
             setup = await setup_store.get_setup(self.db, scope, UUID(mapping["setup_id"]))
             if setup.archived_at is not None:
@@ -65,6 +69,8 @@ class Targets:
         mapping = endpoint.mapping
         if mapping["to"] == "workflow":
             return await self._run(scope, endpoint, received_id, mapped)
+        if mapping["to"] == "analysis":
+            return await self._analysis(scope, endpoint, mapped)
         if "thread_id" in mapping:
             thread_id = UUID(mapping["thread_id"])
         else:
@@ -98,6 +104,18 @@ class Targets:
                 raise MappingError(f"no thread could be made: {exc.message}") from None
             await store.remember_thread(conn, scope, endpoint.id, key, thread.id)
             return thread.id
+
+    async def _analysis(self, scope: Scope, endpoint: store.Inbound,
+                        mapped: Mapped) -> dict[str, Any]:
+        assert mapped.target is not None
+        try:
+            job = await self._services().get(Analyses).trigger(
+                scope, endpoint.mapping["kind"], mapped.target,
+                origin=f"webhook:{endpoint.id}", options={"payload": mapped.input})
+        except (NotFound, ValidationFailed) as exc:
+            raise MappingError(f"the analysis could not be queued: {exc.message}") from None
+        return {"analysis_job": job, "kind": endpoint.mapping["kind"],
+                "target": mapped.target}
 
     async def _run(self, scope: Scope, endpoint: store.Inbound, received_id: UUID,
                    mapped: Mapped) -> dict[str, Any]:
