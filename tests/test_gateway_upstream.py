@@ -18,10 +18,13 @@ from mcp.shared.exceptions import MCPError
 
 from ator import Ator
 from ator.api.app import create_app
+from ator.engine.access import Access
+from ator.engine.approvals import Approvals, Decision
 from ator.engine.mcp import McpServers, McpService
 from ator.engine.tool_calls import ToolCalls
 from tests.mcp_servers import ServerState, counter_server, demo_server, serve_app, serve_mcp
 from tests.test_gateway import Org, _client, _org, _text
+from tests.webhook_kit import until as until_async
 
 
 @dataclass
@@ -170,3 +173,34 @@ async def test_two_downstream_clients_of_a_stateful_upstream_see_separate_state(
 def _data(text: str) -> str:
     """The data inside the untrusted-data wrapper (tools.base.untrusted)."""
     return text[text.index(">\n") + 2:text.index("\n</untrusted-data>")]
+
+
+async def test_a_write_the_org_gates_is_held_for_approval_and_runs_once_when_approved(
+        ups: Upstreams) -> None:
+    approvals = ups.ator.service(Approvals)
+    await approvals.set_settings(ups.org.scope, approve_mcp_writes=True)
+    before = ups.state.calls.get("write", 0)
+    async with _client(ups.url, ups.org.admin, "legacy") as client:
+        read = await client.call_tool(f"{ups.handshake}__echo", {"text": "free"})
+        assert "echo: free" in _text(read)  # read-only: runs as ever
+        held = await client.call_tool(f"{ups.handshake}__write", {"value": "x"})
+        assert not held.is_error and held.meta["ator/code"] == "approval_pending"
+        action_id = uuid.UUID(held.meta["ator/pending_action_id"])
+        assert str(action_id) in _text(held)
+        bad = await client.call_tool(f"{ups.handshake}__write", {"value": 7})
+        assert bad.is_error and bad.meta.get("ator/code") != "approval_pending"  # refused
+    assert ups.state.calls.get("write", 0) == before  # nothing ran
+    [pending] = (await approvals.pending(ups.org.scope)).actions
+    assert (pending.id, pending.name, pending.arguments) == (
+        action_id, f"{ups.handshake}__write", {"value": "x"})
+    admin = (await ups.ator.service(Access).authenticate(ups.org.admin))
+    assert admin is not None
+    done = await approvals.decide(ups.org.scope, action_id, admin.user_id,
+                                  Decision(approve=True))
+    assert done.status == "approved"
+
+    async def ran() -> bool:
+        return (await approvals.get(ups.org.scope, action_id)).result is not None
+    await until_async(ran)
+    assert ups.state.calls.get("write", 0) == before + 1
+    assert "wrote x" in str((await approvals.get(ups.org.scope, action_id)).result)

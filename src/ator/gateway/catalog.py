@@ -1,11 +1,18 @@
 """What one org key sees and may call over `/mcp` (layer: gateway; imports mcp_types, engine
-facade `ToolCalls`, store.records, tools).
+facades `ToolCalls` and `Approvals`, store.records, tools).
 
 The catalog is the org's tools as `ToolCalls` offers them to the key (the same toolsets,
 policy, caps, egress guard, untrusted labelling and audit row as any call outside a turn),
 mapped to MCP's types. The key's role decides what it may call: a viewer sees and calls the
 read-only tools only; a write tool named by a viewer is refused through `ToolCalls` (so
 the refusal is audited too) and answered with a JSON-RPC error.
+
+Approvals: a call the org requires a person to approve (its MCP tools not marked read-only,
+when `approve_mcp_writes` is on, the same rule as inside a turn) is not run: its validated
+arguments are held as a pending action (`Approvals.hold`) and the answer is a result, not an
+error (nothing failed), saying so, with `_meta["ator/code"] = "approval_pending"` and
+`_meta["ator/pending_action_id"]`. A member's approval runs it once and records its result on
+the action (`GET /v1/approvals/{id}`); a denial or the timeout records why.
 
 Errors: a tool the key may not call (unknown, denied) is a JSON-RPC error -32602 whose
 `data.code` is ator's stable code; a tool that ran and failed is a result with `isError`
@@ -21,10 +28,12 @@ from uuid import UUID
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
+from ator.engine.approvals import Approvals
 from ator.engine.tool_calls import ToolCallResult, ToolCalls
 from ator.store.records import Principal
-from ator.tools.base import Caller, Tool
+from ator.tools.base import Caller, Tool, ToolCall
 from ator.tools.policy import ToolPolicy
+from ator.tools.registry import ToolRegistry
 
 __all__ = ["INVALID_PARAMS", "Catalog"]
 
@@ -36,8 +45,9 @@ _HEADER_MEMO = 4096
 class Catalog:
     """The org's tools for a principal, listed and called."""
 
-    def __init__(self, calls: ToolCalls) -> None:
+    def __init__(self, calls: ToolCalls, approvals: Approvals | None = None) -> None:
         self._calls = calls
+        self._approvals = approvals
         # The schemas listed with `x-mcp-header` annotations (rare), by (org, tool): what the
         # SDK checks a 2026 call's `Mcp-Param-*` headers against without listing again.
         self._header_schemas: OrderedDict[tuple[UUID, str], dict[str, Any]] = OrderedDict()
@@ -81,6 +91,8 @@ class Catalog:
             tool = offered.get(name)
             if tool is not None and not tool.read_only:
                 policy = ToolPolicy(deny=[name])  # refused and audited by ToolCalls
+        if policy is None and (held := await self._hold(principal, name, args, conversation)):
+            return held
         result = await self._calls.run(principal.scope, _caller(principal), name, args,
                                        policy=policy, conversation=conversation)
         if result.error_code in _REFUSALS:
@@ -88,14 +100,32 @@ class Catalog:
                        "read-only tools only" if policy is not None else result.content)
             raise MCPError(INVALID_PARAMS, message, data={
                 "code": result.error_code, "audit_id": str(result.audit_id)})
-        # Approvals (issue 21, not yet on main): a gated tool's call is held by `ToolCalls`
-        # as a pending action instead of run. Its answer belongs here: a result (not an
-        # error: nothing failed) whose text says the call awaits a member's approval, with
-        # `_meta["ator/code"] = "approval_pending"` and `_meta["ator/pending_action_id"]`,
-        # so the client can tell the person where to decide and call again (or poll) later.
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result.content)],
             is_error=result.is_error, meta=_facts(result))
+
+
+    async def _hold(self, principal: Principal, name: str, args: dict[str, Any],
+                    conversation: UUID | None) -> types.CallToolResult | None:
+        """The answer to a call held for a person's approval, or None: run it."""
+        if self._approvals is None or not (
+                await self._approvals.settings(principal.scope))["approve_mcp_writes"]:
+            return None
+        listing = await self._calls.tools(principal.scope, _caller(principal),
+                                          conversation=conversation)
+        tool = next((t for t in listing.tools if t.name == name), None)
+        if tool is None or tool.read_only or not tool.origin.startswith("mcp"):
+            return None
+        if ToolRegistry([tool]).validate(ToolCall("gateway", name, args)) is not None:
+            return None  # invalid arguments: refused by the run like any call, audited
+        action = await self._approvals.hold(principal.scope, name, args, subject={
+            "via": "mcp_gateway", "key_id": str(principal.key_id), "origin": tool.origin})
+        text = (f"Tool {name!r} did not run: this org requires a member's approval for it. "
+                f"It waits as pending action {action.id} (GET /v1/approvals/{action.id}); "
+                "once decided, its result or the reason is recorded there.")
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], is_error=False,
+            meta={"ator/code": "approval_pending", "ator/pending_action_id": str(action.id)})
 
 
 def _declares_headers(schema: Any) -> bool:

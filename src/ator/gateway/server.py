@@ -43,6 +43,7 @@ from starlette.types import Message, Receive, Scope, Send
 import ator
 from ator import jsonenc
 from ator.engine.access import Access
+from ator.engine.approvals import Approvals
 from ator.engine.mcp import McpService
 from ator.engine.runtime import Ator
 from ator.engine.tool_calls import ToolCalls
@@ -105,7 +106,8 @@ class McpGateway:
             forget.append(flows[0].forget)
         with contextlib.suppress(ConfigError):  # nor MCP: else its servers' cache, too
             forget.append(runtime.service(McpService).recent.drop)
-        self._catalog = Catalog(runtime.service(ToolCalls).with_toolsets(flows))
+        self._catalog = Catalog(runtime.service(ToolCalls).with_toolsets(flows),
+                                runtime.service(Approvals))
         self._sessions = GatewaySessions(runtime.coord, s.gateway_session_idle)
         self._changes = CatalogChanges(runtime.coord, forget=forget)
         if self._task is None:
