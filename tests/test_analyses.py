@@ -377,3 +377,39 @@ async def test_apply_workflow_starts_one_run_with_the_output_as_input(runtime: A
         runs = await workflows.runs(scope, workflow_id=wf["id"])
         assert len(runs) == 1
         assert runs[0]["input"] == a.output and runs[0]["idempotency_key"] == f"analysis:{a.id}"
+
+
+SUMMARY = {
+    "input": {"source": "document"},
+    "prompt": "Summarize {{title}}: {{text}}. Answer JSON.",
+    "model": {"provider": "fake", "model": "scripted", "max_tokens": 200},
+    "output_schema": {"type": "object", "required": ["level", "reason"]},
+    "rule": {"output": {"level": "medium", "reason": "rule"}},
+}
+
+
+async def test_a_documents_version_is_in_the_hash_so_a_new_version_is_a_new_analysis(
+        runtime: Any) -> None:
+    from ator.knowledge.service import Knowledge
+
+    async with runtime(fake()) as (ator, analyses):
+        scope = await org(ator)
+        await analyses.register(scope, "doc_summary", SUMMARY)
+        docs = ator.service(Knowledge)
+        doc = await docs.create(scope, title="Handbook", body="Refunds take 5 days.")
+        target = str(doc.id)
+        await run(ator, analyses, scope, "doc_summary", target)
+        await run(ator, analyses, scope, "doc_summary", target)  # the same version: cached
+        assert await calls(ator, scope, "analysis:doc_summary") == 1
+        await docs.update(scope, doc.id, body="Refunds take 10 days.")
+        await run(ator, analyses, scope, "doc_summary", target)
+        assert await calls(ator, scope, "analysis:doc_summary") == 2
+        first, second = sorted(await analyses.records(scope, kind="doc_summary"),
+                               key=lambda a: a.created_at)
+        assert first.input_hash != second.input_hash
+        # Another org's document is nothing to analyze there (no call, no record).
+        other = await org(ator)
+        await analyses.register(other, "doc_summary", SUMMARY)
+        await run(ator, analyses, other, "doc_summary", target)
+        assert await calls(ator, other, "analysis:doc_summary") == 0
+        assert await analyses.records(other, kind="doc_summary") == []

@@ -8,11 +8,14 @@ through `ctx` (an org-scoped `Scope`). The ones an org can name in a spec:
 - `{"source": "payload"}`: `options.payload` as given by the trigger (an object);
 - `{"source": "thread", "last": N}`: the target thread's last N messages as text;
 - `{"source": "analysis", "kind": K}`: the target's latest analysis of kind K (a chain's
-  previous step), as `{"previous": output}`.
+  previous step), as `{"previous": output}`;
+- `{"source": "document"}`: the target org document's current version (knowledge), as
+  `{"document_id", "title", "version", "text"}`.
 
 Documents read: a builder that reads an org document calls `ctx.read_document(id,
 version)`; the (id, version) pairs go into the hash key, so a new version of a document is a
-new input (knowledge/ supplies documents; nothing here reads them yet).
+new input (the `document` builder does; a builder reading search results passes
+`knowledge.read_versions(result)` the same way).
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ from uuid import UUID
 
 from ator.errors import ValidationFailed
 from ator.store import analyses as store
+from ator.store import knowledge as knowledge_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["InputBuilder", "InputContext", "builder_from_spec", "from_analysis", "payload",
-           "thread"]
+__all__ = ["InputBuilder", "InputContext", "builder_from_spec", "document", "from_analysis",
+           "payload", "thread"]
 
 
 @dataclass(slots=True)
@@ -73,6 +77,20 @@ def from_analysis(kind: str) -> InputBuilder:
     return build
 
 
+async def document(ctx: InputContext, target: str, options: dict[str, Any]
+                   ) -> dict[str, Any] | None:
+    try:
+        document_id = UUID(target)
+    except ValueError:
+        return None
+    found = await knowledge_store.get_document(ctx.db, ctx.scope, document_id)
+    if found is None or not found.body:
+        return None
+    ctx.read_document(str(found.id), found.version)
+    return {"document_id": target, "title": found.title, "version": found.version,
+            "text": found.body}
+
+
 def builder_from_spec(raw: Any) -> InputBuilder:
     """The builder an org's spec names (default: the payload). Raises ValidationFailed."""
     if raw is None:
@@ -90,5 +108,8 @@ def builder_from_spec(raw: Any) -> InputBuilder:
         return thread(last)
     if source == "analysis" and isinstance(raw.get("kind"), str):
         return from_analysis(raw["kind"])
-    raise ValidationFailed("input.source is payload, thread or analysis (with a kind)",
+    if source == "document":
+        return document
+    raise ValidationFailed("input.source is payload, thread, document or analysis (with a "
+                           "kind)",
                            code="invalid_kind")
