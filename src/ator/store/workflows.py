@@ -276,7 +276,8 @@ UPDATE workflow_steps SET status = 'pending', error = NULL
 _CANCEL = sa.text(f"""
 UPDATE workflow_runs SET status = 'cancelled', cancel_reason = :reason, finished_at = now(),
        paused_at = NULL
- WHERE id = :id AND org_id = :org_id AND status IN ('running','paused') RETURNING {_RUN_COLS}
+ WHERE id = :id AND org_id = :org_id AND status IN ('running','paused','waiting')
+RETURNING {_RUN_COLS}
 """)
 
 # The reconciler's own ends; fenced by its lease.
