@@ -30,7 +30,7 @@ from uuid import UUID, uuid4
 import sqlalchemy as sa
 
 from ator.errors import Conflict
-from ator.store import run_origins, webhooks
+from ator.store import run_origins, subruns, webhooks
 from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
 
@@ -242,6 +242,7 @@ async def add_event(conn: Connection, run_id: UUID, kind: str, data: dict[str, A
                                            "progress": kind in PROGRESS})).one()["seq"])
     if kind in run_origins.ENDED:
         await run_origins.ended(conn, run_id)
+        await subruns.ended(conn, run_id)
     if kind in webhooks.RUN_ENDED:
         await webhooks.run_ended(conn, run_id, kind, data)
     return seq

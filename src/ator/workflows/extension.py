@@ -40,6 +40,7 @@ from ator.workflows.steps import StepRunner
 from ator.workflows.told import OPEN_RUNS_SQL, OpenRuns, RunTeller
 from ator.workflows.tools import workflow_tools
 from ator.workflows.types import builtin_types
+from ator.workflows.types.subrun import SubRun
 
 __all__ = ["WorkflowsExtension"]
 
@@ -67,6 +68,10 @@ class WorkflowsExtension(Extension):
         self.types = StepTypes(builtin_types(asker=kernel.asker,
                                              egress=Egress.from_settings(s),
                                              master_key=kernel.master_key))
+        # A sub-run plans its child like any start (late-bound: the service comes next, and
+        # the recipe schema it builds must already know the type).
+        self.types.register(SubRun(lambda *a, **k: self.workflows.plan(*a, **k),
+                                   s.workflow_max_depth))
         self.workflows = Workflows(kernel.db, queue, s, kernel.coord, self.types)
         self.reconciler = Reconciler(kernel.db, queue, self.expressions, self.types,
                                      lease_ttl=s.workflow_lease_ttl,
