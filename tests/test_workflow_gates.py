@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from ator.workflows.agents import WorkflowTurn
 from tests.test_workflows_api import api, auth, finished, org_keys, publish
 
 __all__ = ["api"]
@@ -203,3 +204,12 @@ async def test_two_decisions_at_once_one_wins_one_409(api: Any) -> None:
                                params={"after_seq": 0})).json()["data"]
     assert [e["kind"] for e in events].count("gate_decided") == 1
     assert [e["kind"] for e in events].count("step_done") == 1
+
+
+def test_a_step_cannot_govern_runs_from_inside() -> None:
+    """An agent step's turns have the governance tools denied (and no tool decides a gate):
+    a step cannot cancel its own run, start runs beside its budget, or decide its gate."""
+    bounds = WorkflowTurn(uuid.uuid4(), uuid.uuid4(), None).tool_bounds()
+    denied = {name for b in bounds for name in b["deny"]}
+    assert {"start_workflow", "cancel_workflow"} <= denied
+    assert {"agent_spawn"} <= denied
