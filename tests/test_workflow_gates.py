@@ -213,3 +213,37 @@ def test_a_step_cannot_govern_runs_from_inside() -> None:
     denied = {name for b in bounds for name in b["deny"]}
     assert {"start_workflow", "cancel_workflow"} <= denied
     assert {"agent_spawn"} <= denied
+
+
+async def test_a_denied_gate_pauses_the_run_and_a_resume_asks_again(api: Any) -> None:
+    client, operator, _ = api
+    admin, member = await org_keys(client, operator)
+    wf = await publish(client, admin, recipe(GATE))
+    run_id = await start(client, member, wf)
+    first = await open_gate(client, member, run_id)
+    denied = await client.post(f"/v1/approvals/{first['id']}/decision", headers=auth(member),
+                               json={"decision": "deny", "reason": "not yet"})
+    assert denied.status_code == 200, denied.text
+    paused = await finished(client, member, run_id)
+    assert paused["status"] == "paused" and "not yet" in (paused["error"] or ""), paused
+    resumed = await client.post(f"/v1/runs/{run_id}/resume", headers=auth(member))
+    assert resumed.status_code == 200, resumed.text
+    limit = time.monotonic() + 60
+    while True:
+        listed = (await client.get("/v1/approvals", headers=auth(member),
+                                   params={"kind": "gate"})).json()["data"]
+        again = [a for a in listed if a["subject"]["run_id"] == run_id]
+        if again:
+            break
+        assert time.monotonic() < limit, "no new gate"
+        await asyncio.sleep(0.05)
+    assert again[0]["id"] != first["id"]
+    done = await client.post(f"/v1/approvals/{again[0]['id']}/decision", headers=auth(member),
+                             json={"decision": "approve", "arguments": {"ship": True}})
+    assert done.status_code == 200, done.text
+    deadline = time.monotonic() + 60
+    while (run := (await client.get(f"/v1/runs/{run_id}", headers=auth(member))).json())[
+            "status"] != "succeeded":
+        assert time.monotonic() < deadline, run
+        await asyncio.sleep(0.05)
+    assert run["output"] == {"ship": True}

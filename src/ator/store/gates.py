@@ -22,7 +22,7 @@ from ator.store.approvals import Action, action_of
 from ator.store.database import Connection
 from ator.store.jobs import CHANNEL
 
-__all__ = ["GATE_KIND", "action", "end_wait", "open_gate"]
+__all__ = ["GATE_KIND", "action", "end_wait", "open_gate", "reopen_step"]
 
 GATE_KIND = "gate"
 
@@ -79,3 +79,16 @@ UPDATE workflow_runs SET status = 'running', deadline = deadline + (now() - paus
 async def end_wait(conn: Connection, org_id: UUID, run_id: UUID) -> bool:
     """The run waiting on its gate goes on (False: it was not waiting: cancelled, say)."""
     return (await conn.execute(_END_WAIT, {"id": run_id, "org_id": org_id})).first() is not None
+
+
+_REOPEN = sa.text("""
+UPDATE workflow_steps SET status = 'waiting', input = CAST(:input AS jsonb), error = NULL,
+       error_code = NULL, finished_at = NULL
+ WHERE id = :id AND status = 'pending' RETURNING id
+""")
+
+
+async def reopen_step(conn: Connection, step_id: UUID, input: dict[str, Any]) -> bool:
+    """A gate step handed back by a resume (`pending`) waits on a new gate."""
+    return (await conn.execute(_REOPEN, {"id": step_id,
+                                         "input": jsonenc.dumps(input)})).first() is not None

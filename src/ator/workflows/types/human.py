@@ -13,7 +13,8 @@ its pending action (kind `gate`, store/gates.py) with the expiry job, and the ru
 `running` again and `advance` reads the action: approved → the decision's value (checked
 against `input_schema` before the claim) is the step's output; denied → the step fails
 (`gate_denied`); expired → the declared outcome (`value`: that value is the output;
-`fail`, the default: the step fails, `gate_timeout`).
+`fail`, the default: the step fails, `gate_timeout`). A run resumed after its gate failed
+the step asks again: a new gate.
 """
 
 from __future__ import annotations
@@ -73,9 +74,14 @@ class Human(StepType):
     async def create(self, tick: Tick, new: NewStep) -> Progress:
         if not await tick.charge(new.spec, 1):
             return False
-        spec, action_id = new.spec, uuid.uuid4()
+        action_id = uuid.uuid4()
         step_id = await tick.insert(replace(new, status="waiting",
                                             input={"gate": str(action_id)}))
+        await self._open(tick, new.spec, new.path, step_id, action_id)
+        return False
+
+    async def _open(self, tick: Tick, spec: dict[str, Any], path: str, step_id: UUID,
+                    action_id: UUID) -> None:
         timeout = spec.get("timeout")
         await gate_store.open_gate(
             tick.conn, action_id=action_id, org_id=tick.run.org_id, run_id=tick.run.id,
@@ -86,10 +92,15 @@ class Human(StepType):
                      "deciders": spec.get("deciders", {"role": "member"})},
             expire_after=float(timeout["seconds"]) if timeout else None,
             job_kind=EXPIRE_KIND, attempts=self.attempts)
-        await tick.event("gate_opened", {"step": new.path, "approval_id": str(action_id)})
-        return False
+        await tick.event("gate_opened", {"step": path, "approval_id": str(action_id)})
 
     async def advance(self, tick: Tick, spec: dict[str, Any], row: Row) -> Progress:
+        if row["status"] == "pending":
+            # Resumed after the gate failed it (denied, timed out): ask again, a new gate.
+            action_id = uuid.uuid4()
+            if await gate_store.reopen_step(tick.conn, row["id"], {"gate": str(action_id)}):
+                await self._open(tick, spec, row["path"], row["id"], action_id)
+            return False
         given = await step_store.input_of(tick.conn, row["id"])
         gate = given.get("gate") if isinstance(given, dict) else None
         action = (await gate_store.action(tick.conn, tick.run.org_id, UUID(str(gate)))
