@@ -122,3 +122,31 @@ async def test_pause_resume_and_cancel_reach_the_child(runtime: Ator) -> None:
     kid = await flows.run(scope, kid_id)
     assert kid["status"] == "cancelled" and kid["cancel_reason"] == "parent"
     assert (await flows.run(scope, run["id"]))["status"] == "cancelled"
+
+
+async def test_a_parent_resumed_after_its_child_failed_starts_a_new_child(
+    runtime: Ator,
+) -> None:
+    scope = await org(runtime)
+    flows = runtime.service(Workflows)
+    broken = await published(runtime, scope, recipe(
+        {"id": "boom", "type": "transform", "expr": "$error('no good')"}, on_error="fail"))
+    parent = await published(runtime, scope, recipe(sub(broken)))  # on_error: pause
+    run, _ = await flows.start(scope, parent, {})
+    paused = await settled(runtime, scope, run["id"], until={"paused"})
+    assert "no good" in (paused["error"] or "")
+    await flows.resume(scope, run["id"])
+    deadline = time.monotonic() + 60
+    while True:
+        started = [e["data"]["run_id"] for e in await flows.events(scope, run["id"], after=0,
+                                                                   limit=1000)
+                   if e["kind"] == "subrun_started"]
+        if len(started) == 2:
+            break
+        assert time.monotonic() < deadline, started
+        await asyncio.sleep(0.05)
+    assert started[0] != started[1]
+    again = await settled(runtime, scope, run["id"], until={"paused"})
+    assert "no good" in (again["error"] or "")
+    second = await settled(runtime, scope, uuid.UUID(started[1]))
+    assert second["status"] == "failed"

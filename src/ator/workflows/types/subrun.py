@@ -11,7 +11,8 @@ and inserts it with its `run_started` event and reconcile job, the step `waiting
 (store/subruns.py). The child's end wakes the parent; `advance` then finishes the step
 with the child's output and rolls the child's spend up onto the step and the parent (the
 same transaction: once), or fails the step with the child's reason. Pause, resume and
-cancel of the parent reach the child (workflows/service.py).
+cancel of the parent reach the child (workflows/service.py); a parent resumed after its
+child failed the step starts a new child.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from ator.errors import AtorError
+from ator.store import gates as gate_store
 from ator.store import subruns
 from ator.store import workflow_steps as step_store
 from ator.store import workflows as run_store
@@ -61,24 +63,35 @@ class SubRun(StepType):
     async def create(self, tick: Tick, new: NewStep) -> Progress:
         if not await tick.charge(new.spec, 1):
             return False
-        spec, run = new.spec, tick.run
-        depth = await subruns.depth(tick.conn, run.id) + 1
-        if depth > self.max_depth:
-            return await tick.created_failed(new, f"a sub-run would be {depth} deep; the "
-                                             f"limit is {self.max_depth}")
-        try:
-            given = (await tick.evaluate(spec["input"], await tick.context())
-                     if "input" in spec else {})
-            scope = Scope(run.org_id)
-            child = await self.plan(scope, UUID(spec["workflow"]), given,
-                                    version=spec.get("version"), budget=spec.get("budget"))
-        except ExpressionError as exc:
-            return await tick.created_failed(new, f"`input`: {exc.message}")
-        except AtorError as exc:  # not published, input refused by the child's schema
-            return await tick.created_failed(new, exc.message)
+        planned = await self._plan(tick, new.spec)
+        if isinstance(planned, str):
+            return await tick.created_failed(new, planned)
+        child, depth = planned
         child_id = uuid.uuid4()
         step_id = await tick.insert(replace(new, status="waiting",
                                             input={"child": str(child_id)}))
+        await self._start(tick, new.path, step_id, child_id, child, depth)
+        return False
+
+    async def _plan(self, tick: Tick, spec: dict[str, Any]) -> tuple[NewRun, int] | str:
+        """The child as it would start, and its depth; or why it cannot."""
+        depth = await subruns.depth(tick.conn, tick.run.id) + 1
+        if depth > self.max_depth:
+            return f"a sub-run would be {depth} deep; the limit is {self.max_depth}"
+        try:
+            given = (await tick.evaluate(spec["input"], await tick.context())
+                     if "input" in spec else {})
+            child = await self.plan(Scope(tick.run.org_id), UUID(spec["workflow"]), given,
+                                    version=spec.get("version"), budget=spec.get("budget"))
+        except ExpressionError as exc:
+            return f"`input`: {exc.message}"
+        except AtorError as exc:  # not published, input refused by the child's schema
+            return exc.message
+        return child, depth
+
+    async def _start(self, tick: Tick, path: str, step_id: UUID, child_id: UUID,
+                     child: NewRun, depth: int) -> None:
+        run, scope = tick.run, Scope(tick.run.org_id)
         await subruns.start_child(
             tick.conn, scope, child_id, workflow_id=child.workflow_id, version=child.version,
             recipe=child.recipe, input=child.input, max_steps=child.max_steps,
@@ -89,10 +102,19 @@ class SubRun(StepType):
                                   bump=True)
         await tick.queue.enqueue(scope, subruns.RECONCILE_KIND, {"run_id": str(child_id)},
                                  unique_key=f"run:{child_id}", within=tick.conn)
-        await tick.event("subrun_started", {"step": new.path, "run_id": str(child_id)})
-        return False
+        await tick.event("subrun_started", {"step": path, "run_id": str(child_id)})
 
     async def advance(self, tick: Tick, spec: dict[str, Any], row: Row) -> Progress:
+        if row["status"] == "pending":
+            # Resumed after the child failed the step: a new child.
+            planned = await self._plan(tick, spec)
+            if isinstance(planned, str):
+                await gate_store.reopen_step(tick.conn, row["id"], {})
+                return await tick.fail_step(row["id"], spec, row["path"], planned)
+            fresh = uuid.uuid4()
+            if await gate_store.reopen_step(tick.conn, row["id"], {"child": str(fresh)}):
+                await self._start(tick, row["path"], row["id"], fresh, *planned)
+            return False
         given = await step_store.input_of(tick.conn, row["id"])
         child_id = given.get("child") if isinstance(given, Mapping) else None
         child = (await subruns.child(tick.conn, tick.run.org_id, UUID(str(child_id)))
