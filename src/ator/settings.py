@@ -360,6 +360,9 @@ class Settings(BaseSettings):
     workflow_usd_ceiling: float = Field(default=100.0, gt=0)
     workflow_idle: float = Field(default=1_800.0, gt=0)
     workflow_idle_ceiling: float = Field(default=86_400.0, gt=0)
+    # How deep `workflow` steps may nest sub-runs (a top-level run is depth 0); the ceiling
+    # is fixed: no deployment nests deeper.
+    workflow_max_depth: int = Field(default=3, ge=0, le=10)
 
     @field_validator("prices", "cap_ceilings", "model_windows", "cli_env", mode="before")
     @classmethod

@@ -1,6 +1,10 @@
 """Approval routes (layer: api; imports fastapi, engine.runtime, engine.approvals, api.*).
 
-`/v1/approvals`: the org's pending actions (held tool calls), oldest first and cursor-paged;
+`/v1/approvals`: the org's pending actions (held tool calls, `kind=tool`, and workflow
+`human` gates, `kind=gate`: its subject has the run, step, prompt, input schema and
+deciders; approving takes the decision's value as `arguments`, checked against that
+schema, and a decider the gate does not name gets 403 `not_a_decider`), oldest first and
+cursor-paged;
 one action with its decision's audit (who, when, arguments before and after, reason,
 result); `POST /v1/approvals/{id}/decision` (members: approve, approve with edited
 arguments, deny with a reason; 409 `approval_decided` when it was decided already, 422
@@ -11,7 +15,7 @@ not marked read-only needs approval in the org (admins set it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
@@ -29,9 +33,11 @@ router = APIRouter()
 async def list_approvals(
     limit: int = Query(default=50, ge=1, le=200),
     cursor: str | None = Query(default=None, min_length=1, max_length=200),
+    kind: Literal["tool", "gate"] | None = Query(default=None),
     p: Principal = Depends(require("viewer")), ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    page = await ator.service(Approvals).pending(p.scope, limit=limit, cursor=cursor)
+    page = await ator.service(Approvals).pending(p.scope, limit=limit, cursor=cursor,
+                                                 kind=kind)
     return {"data": [action_view(a) for a in page.actions], "next_cursor": page.next_cursor}
 
 

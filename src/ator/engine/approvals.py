@@ -95,6 +95,10 @@ class DecisionKind(Protocol):
 
     name: str
 
+    async def may_decide(self, scope: Scope, action: store.Action, by: UUID) -> None:
+        """Refuse a decider the action does not accept (Forbidden), before the claim."""
+        ...
+
     async def check(self, scope: Scope, action: store.Action,
                     arguments: dict[str, Any] | None) -> None:
         """Refuse a decision's edited input (ValidationFailed) before anything is claimed."""
@@ -110,6 +114,12 @@ class DecisionKind(Protocol):
         """Content for the thread's mailbox on a denial (`denied`) or a timeout (`expired`)."""
         ...
 
+    async def settled(self, scope: Scope, action: store.Action) -> None:
+        """After any decision was committed (and again by the expiry job when the action
+        is no longer pending): what the kind does itself, idempotently (a gate wakes its
+        run)."""
+        ...
+
 
 class ToolDecisions:
     """Held tool calls: an approval runs the tool through `ToolCalls` as the person who
@@ -121,6 +131,12 @@ class ToolDecisions:
     def __init__(self, db: Database, calls: Callable[[], ToolCalls]) -> None:
         self._db = db
         self._calls = calls
+
+    async def may_decide(self, scope: Scope, action: store.Action, by: UUID) -> None:
+        return  # any member of the org (the route's role check)
+
+    async def settled(self, scope: Scope, action: store.Action) -> None:
+        return  # the thread is woken by `Approvals` itself
 
     async def check(self, scope: Scope, action: store.Action,
                     arguments: dict[str, Any] | None) -> None:
@@ -227,9 +243,9 @@ class Approvals:
             raise NotFound("approval not found")
         return found
 
-    async def pending(self, scope: Scope, *, limit: int = 50,
-                      cursor: str | None = None) -> store.PendingPage:
-        return await store.list_pending(self.db, scope, limit=limit, cursor=cursor)
+    async def pending(self, scope: Scope, *, limit: int = 50, cursor: str | None = None,
+                      kind: str | None = None) -> store.PendingPage:
+        return await store.list_pending(self.db, scope, limit=limit, cursor=cursor, kind=kind)
 
     async def settings(self, scope: Scope) -> dict[str, Any]:
         """The org's approval settings."""
@@ -266,6 +282,7 @@ class Approvals:
         kind = self._kind(action.kind)
         if action.status != "pending":
             raise _decided(action)
+        await kind.may_decide(scope, action, by)
         if decision.approve:
             await kind.check(scope, action, decision.arguments)
         edited = decision.arguments if decision.approve else None
@@ -291,7 +308,11 @@ class Approvals:
         if action is not None and action.status == "approved" and action.result is None:
             await self._unfinished(ctx.scope, action)
             return
-        if action is None or action.status != "pending":
+        if action is None:
+            return
+        if action.status != "pending":
+            # A replica that stopped after the claim may not have told the kind.
+            await self._kind(action.kind).settled(ctx.scope, action)
             return
         content = self._kind(action.kind).refused(action, "expired", "timeout")
         expired = await store.decide(self.db, ctx.scope, action_id, status="expired",
@@ -321,6 +342,7 @@ class Approvals:
             await self._after(scope, delivered)
 
     async def _after(self, scope: Scope, action: store.Action) -> None:
+        await self._kind(action.kind).settled(scope, action)
         if action.thread_id is not None:
             await self.waker.notify(scope, action.thread_id)
         for fn in list(self._watchers):

@@ -1,10 +1,11 @@
 """Tool approvals as an extension of the engine (layer: engine; imports agent, engine.approvals,
-engine.tool_calls, store.approvals, tools).
+engine.tool_calls, store.approvals, tools, workflows.gates).
 
 What it contributes: a per-turn field (`ApprovalPolicy`: the setup's `tool_policy.approve`
 globs and timeout, and whether the org requires approval of MCP tools not marked read-only,
 `orgs.settings.approve_mcp_writes`), the loop hook that holds those calls (`ApprovalGate`),
-the `Approvals` service and its expiry job kind.
+the `Approvals` service and its expiry job kind. Once bound, it registers the workflows'
+`HumanGates` (a `human` step's gate: decided on the same path) when that extension is on.
 
 Where a held call is written: `ApprovalGate.hold` returns the step's holds, the first
 carrying one `PendingActions` part for all of them; the step writer joins it to the
@@ -31,6 +32,8 @@ from ator.store.parts import StepPart
 from ator.tools.base import Tool, ToolCall
 from ator.tools.registry import ToolRegistry
 from ator.tools.toolset import permitted
+from ator.workflows.gates import HumanGates
+from ator.workflows.types.human import EXPIRE_KIND as GATE_EXPIRE
 
 __all__ = ["ApprovalGate", "ApprovalPolicy", "ApprovalsExtension"]
 
@@ -112,6 +115,10 @@ class ApprovalsExtension(Extension):
 
     def bound(self, services: Services) -> None:
         self._calls = services.get(ToolCalls)
+        gates = services.get(HumanGates)  # workflow `human` steps: the same decide-once path
+        if GATE_EXPIRE != EXPIRE:
+            raise ConfigError("workflow gates expire by another job kind")
+        self.service.register(gates)
 
     def hooks(self) -> Sequence[LoopHook]:
         return [ApprovalGate(self.service)]

@@ -35,8 +35,8 @@ from ator.store.jobs import CHANNEL
 from ator.store.parts import PartSql
 from ator.store.scope import Scope
 
-__all__ = ["Action", "PendingActions", "PendingPage", "Row", "create", "decide", "deliver",
-           "get", "list_pending", "mcp_writes", "set_mcp_writes"]
+__all__ = ["Action", "PendingActions", "PendingPage", "Row", "action_of", "create", "decide",
+           "deliver", "get", "list_pending", "mcp_writes", "set_mcp_writes"]
 
 MAX_PAGE = 200
 
@@ -148,7 +148,7 @@ async def create(
         "tool_use_id": tool_use_id, "name": name, "arguments": jsonenc.dumps(arguments),
         "subject": jsonenc.dumps(subject), "expire": expire_after, "job_kind": job_kind,
         "attempts": attempts}, write=True)
-    return _action(rows[0])
+    return action_of(rows[0])
 
 
 _GET = sa.text("SELECT * FROM pending_actions WHERE id = :id AND org_id = :org_id")
@@ -157,23 +157,26 @@ _GET = sa.text("SELECT * FROM pending_actions WHERE id = :id AND org_id = :org_i
 async def get(db: Database, scope: Scope, action_id: UUID) -> Action | None:
     """The org's action, or None (another org's is None too)."""
     rows = await db.fetch(_GET, {"id": action_id, "org_id": scope.org_id}, write=False)
-    return _action(rows[0]) if rows else None
+    return action_of(rows[0]) if rows else None
 
 
 async def list_pending(db: Database, scope: Scope, *, limit: int = 50,
-                       cursor: str | None = None) -> PendingPage:
+                       cursor: str | None = None, kind: str | None = None) -> PendingPage:
     """The org's pending actions, oldest first (the longest waiting on top), a page at a
     time. Raises ValidationFailed (`invalid_cursor`) for a cursor this did not make."""
     limit = max(1, min(limit, MAX_PAGE))
     after = "" if cursor is None else "AND (created_at, id) > (:c_at, :c_id)"
     params: dict[str, Any] = {"org_id": scope.org_id, "limit": limit + 1}
+    if kind is not None:
+        after += " AND kind = :kind"
+        params["kind"] = kind
     if cursor is not None:
         params["c_at"], params["c_id"] = _decode(cursor)
     stmt = sa.text(f"""SELECT * FROM pending_actions
                         WHERE org_id = :org_id AND status = 'pending' {after}
                         ORDER BY created_at, id LIMIT :limit""")
     rows = await db.fetch(stmt, params, write=False)
-    page = [_action(r) for r in rows[:limit]]
+    page = [action_of(r) for r in rows[:limit]]
     more = len(rows) > limit
     return PendingPage(page, _encode(page[-1]) if more and page else None)
 
@@ -219,7 +222,7 @@ async def decide(
         "decided": None if decided_arguments is None else jsonenc.dumps(decided_arguments),
         "result": None if result is None else jsonenc.dumps(result),
         "content": None if content is None else jsonenc.dumps(content)}, write=True)
-    return _action(rows[0]) if rows else None
+    return action_of(rows[0]) if rows else None
 
 
 _DELIVER = sa.text("""
@@ -247,10 +250,11 @@ async def deliver(db: Database, scope: Scope, action_id: UUID,
         "id": action_id, "org_id": scope.org_id, "mb_id": uuid.uuid4(),
         "result": jsonenc.dumps(content["results"][0]),
         "content": jsonenc.dumps(content)}, write=True)
-    return _action(rows[0]) if rows else None
+    return action_of(rows[0]) if rows else None
 
 
-def _action(r: Any) -> Action:
+def action_of(r: Any) -> Action:
+    """An action from its row (store/gates.py reads them in a tick's transaction)."""
     return Action(
         r["id"], r["org_id"], r["kind"], r["status"], r["thread_id"], r["turn_id"],
         r["tool_use_id"], r["name"], r["arguments"], r["subject"], r["decided_arguments"],

@@ -57,11 +57,11 @@ SELECT run_id FROM run_origins
  WHERE org_id = :org_id AND thread_id = :thread_id AND tool_use_id = :tool_use_id
 """)
 
-# The schedule's runs still going (running or paused: a paused run may resume).
+# The schedule's runs still going (running, paused or waiting on a gate: it may go on).
 _ACTIVE = sa.text("""
 SELECT r.id FROM run_origins o JOIN workflow_runs r ON r.id = o.run_id
  WHERE o.schedule_id = :schedule_id AND o.org_id = :org_id
-   AND r.status IN ('running', 'paused')
+   AND r.status IN ('running', 'paused', 'waiting')
  LIMIT 1
 """)
 

@@ -700,11 +700,20 @@ workflow_runs = sa.Table(
     sa.Column("spent_usd", sa.Numeric(18, 6), nullable=False, server_default="0"),
     sa.Column("idle_s", sa.Float, nullable=True),
     sa.Column("progress_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
-    sa.CheckConstraint("status in ('running','paused','succeeded','failed','cancelled')",
-                       name="ck_workflow_runs_status"),
+    # migration 0023: a sub-run's parent run and step, and its depth; `waiting` while a
+    # `human` step's gate is open (paused_at: since when)
+    sa.Column("parent_run_id", UUID(as_uuid=True),
+              sa.ForeignKey("workflow_runs.id", ondelete="CASCADE"), nullable=True),
+    sa.Column("parent_step_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("depth", sa.Integer, nullable=False, server_default="0"),
+    sa.CheckConstraint(
+        "status in ('running','paused','waiting','succeeded','failed','cancelled')",
+        name="ck_workflow_runs_status"),
     sa.Index("uq_workflow_runs_key", "org_id", "idempotency_key", unique=True,
              postgresql_where=sa.text("idempotency_key IS NOT NULL")),
     sa.Index("ix_workflow_runs_org_created", "org_id", "created_at", "id"),
+    sa.Index("ix_workflow_runs_parent", "parent_run_id",
+             postgresql_where=sa.text("parent_run_id IS NOT NULL")),
 )
 
 workflow_steps = sa.Table(

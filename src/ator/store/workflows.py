@@ -30,7 +30,7 @@ from uuid import UUID, uuid4
 import sqlalchemy as sa
 
 from ator.errors import Conflict
-from ator.store import run_origins
+from ator.store import run_origins, subruns
 from ator.store import webhook_outbox as webhooks
 from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
@@ -253,6 +253,7 @@ async def add_event(conn: Connection, run_id: UUID, kind: str, data: dict[str, A
                                            "progress": kind in PROGRESS})).one()["seq"])
     if kind in ENDED:
         await run_origins.ended(conn, run_id)
+        await subruns.ended(conn, run_id)
         await webhooks.run_ended(conn, run_id, kind, data)
     return seq
 
@@ -286,7 +287,8 @@ UPDATE workflow_steps SET status = 'pending', error = NULL
 _CANCEL = sa.text(f"""
 UPDATE workflow_runs SET status = 'cancelled', cancel_reason = :reason, finished_at = now(),
        paused_at = NULL
- WHERE id = :id AND org_id = :org_id AND status IN ('running','paused') RETURNING {_RUN_COLS}
+ WHERE id = :id AND org_id = :org_id AND status IN ('running','paused','waiting')
+RETURNING {_RUN_COLS}
 """)
 
 # The reconciler's own ends; fenced by its lease.

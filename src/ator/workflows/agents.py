@@ -1,13 +1,15 @@
 """What a turn of an agent step knows and may do (layer: workflows; imports agent,
-cost, providers.size, store, subagents.tools).
+cost, providers.size, store, subagents.tools, workflows.tools).
 
 A thread bound to an agent step (store/workflow_threads.py) carries `WorkflowTurn` in
 each of its turns (a per-turn field read in the turn's start statement). It narrows the
 turn's tools: subagent tools are denied (parallelism inside a workflow is a budgeted
-`map`). `RunBudget`, a loop hook, checks the run's `usd` budget before every model call by
-the rule of every spend cap (`cost.estimate.over_cap`, the subagent tree's too): settled
-spend of the run's turns plus this call's worst case must fit, else the turn ends
-`budget` before the call, and the step's run ends `budget`.
+`map`), and so are the governance tools (`GOVERNANCE`: starting and cancelling runs; no
+tool decides a gate, which a person does over the API). `RunBudget`, a loop hook, checks
+the run's `usd` budget before every model call by the rule of every spend cap
+(`cost.estimate.over_cap`, the subagent tree's too): settled spend of the run's turns plus
+this call's worst case must fit, else the turn ends `budget` before the call, and the
+step's run ends `budget`.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from ator.store import workflow_threads as thread_store
 from ator.store.database import Database
 from ator.store.scope import Scope
 from ator.subagents.tools import subagent_tools
+from ator.workflows.tools import GOVERNANCE
 
 __all__ = ["RunBudget", "WorkflowTurn"]
 
-_DENIED = tuple(t.name for t in subagent_tools())
+_DENIED = (*(t.name for t in subagent_tools()), *GOVERNANCE)
 
 
 @dataclass(frozen=True, slots=True)

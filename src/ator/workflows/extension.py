@@ -9,8 +9,10 @@ given the kernel's `Asker`), a per-turn field and a loop hook for the turns of a
 workflows/scheduled.py) and `workflow.notify` (a run that ends tells the conversation that
 started it: workflows/told.py); the agent tools (workflows/tools.py) with their
 between-steps notices, per-turn count and turn end; `RunEvents` (workflows/live.py) for live
-readers of a run's events. Its tables come with the core migrations (0012, 0015, 0017). The
-HTTP routes are `ator.api.workflows` and `ator.api.schedules` (the API layer mounts them).
+readers of a run's events; `HumanGates` (workflows/gates.py), the decision kind of `human`
+steps, which the approvals extension registers. Its tables come with the core migrations
+(0012, 0015, 0017, 0023). The HTTP routes are `ator.api.workflows` and
+`ator.api.schedules` (the API layer mounts them).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ator.store.workflow_threads import TURN_SQL
 from ator.tools.base import Tool
 from ator.workflows.agents import RunBudget, WorkflowTurn
 from ator.workflows.expressions import Expressions
+from ator.workflows.gates import HumanGates
 from ator.workflows.kinds import RECONCILE, STEP
 from ator.workflows.live import RunEvents
 from ator.workflows.reconciler import Reconciler
@@ -37,6 +40,7 @@ from ator.workflows.steps import StepRunner
 from ator.workflows.told import OPEN_RUNS_SQL, OpenRuns, RunTeller
 from ator.workflows.tools import workflow_tools
 from ator.workflows.types import builtin_types
+from ator.workflows.types.subrun import SubRun
 
 __all__ = ["WorkflowsExtension"]
 
@@ -66,6 +70,10 @@ class WorkflowsExtension(Extension):
         self.types = StepTypes(builtin_types(asker=kernel.asker,
                                              egress=Egress.from_settings(s),
                                              master_key=kernel.master_key))
+        # A sub-run plans its child like any start (late-bound: the service comes next, and
+        # the recipe schema it builds must already know the type).
+        self.types.register(SubRun(lambda *a, **k: self.workflows.plan(*a, **k),
+                                   s.workflow_max_depth))
         self.workflows = Workflows(kernel.db, queue, s, kernel.coord, self.types,
                                    self.run_ends)
         self.reconciler = Reconciler(kernel.db, queue, self.expressions, self.types,
@@ -76,6 +84,7 @@ class WorkflowsExtension(Extension):
         self.schedules = RunSchedules(Schedules(kernel.db, self._kinds), self.workflows)
         self.teller = RunTeller(kernel.db, kernel.waker)
         self.live = RunEvents(kernel.db)
+        self.gates = HumanGates(kernel.db, queue)
         self._hooks = [RunBudget(kernel.db, kernel.prices), self.teller.injector()]
 
     async def _reconcile(self, ctx: Any, payload: dict[str, Any]) -> None:
@@ -108,7 +117,7 @@ class WorkflowsExtension(Extension):
 
     def services(self) -> Mapping[type, object]:
         return {Workflows: self.workflows, RunSchedules: self.schedules,
-                RunTeller: self.teller, RunEvents: self.live}
+                RunTeller: self.teller, RunEvents: self.live, HumanGates: self.gates}
 
     async def aclose(self) -> None:
         await self.live.aclose()

@@ -5,8 +5,9 @@ What the API and the CLI call (`Ator.service(Workflows)`). Every call takes the 
 org scope; another org's workflow or run is NotFound. A start validates the input against
 the pinned recipe's input schema before anything is written, and is idempotent per
 (org, key): the same key returns the same run (`created` False), also under a race.
-Pause, resume and cancel are conditional transitions: on a run not in a state that allows
-them they raise Conflict, and a terminal run stays terminal.
+Pause, resume and cancel reach the run's open sub-runs (`workflow` steps' children, at any
+depth) in the same transaction. They are conditional transitions: on a run not in a state
+that allows them they raise Conflict, and a terminal run stays terminal.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ator.errors import Conflict, NotFound
 from ator.jobs import JobQueue
 from ator.settings import Settings
 from ator.store import run_origins as origin_store
+from ator.store import subruns
 from ator.store import workflow_steps as step_store
 from ator.store import workflows as run_store
 from ator.store.database import Connection, Database, Row
@@ -103,15 +105,11 @@ class Workflows:
 
     # Runs ---------------------------------------------------------------------------------
 
-    async def start(self, scope: Scope, workflow_id: UUID, input: Any, *,
-                    key: str | None = None, version: int | None = None,
-                    budget: Mapping[str, Any] | None = None,
-                    origin: Origin | None = None) -> tuple[Row, bool]:
-        """Start a run of a published version (the latest by default): (run, created).
-        `budget` (`max_steps`, `wall_clock_s`, `usd`) can only lower the recipe's; `origin` (a
-        schedule's tick, a conversation's tool call) is written with the run. Raises
-        NotFound, ValidationFailed (`input_invalid`), or Conflict when the key belongs to a
-        run of another workflow."""
+    async def plan(self, scope: Scope, workflow_id: UUID, input: Any, *,
+                   key: str | None = None, version: int | None = None,
+                   budget: Mapping[str, Any] | None = None) -> NewRun:
+        """A run of a published version as it would start: its input checked, its budgets
+        the recipe's within the operator's ceilings, lowered by `budget`."""
         pinned = await self.version(scope, workflow_id, version)
         recipe: dict[str, Any] = pinned["recipe"]
         validate_input(recipe, input)
@@ -129,11 +127,23 @@ class Workflows:
                   Decimal(str(s.workflow_usd_ceiling)))
         if given.get("usd") is not None:
             usd = min(usd, Decimal(str(given["usd"])))
-        new = NewRun(workflow_id=workflow_id, version=pinned["version"], recipe=recipe,
-                     input=input, idempotency_key=key, max_steps=max_steps,
-                     wall_clock_s=wall_clock, usd_budget=usd,
-                     idle_s=min(float(own.get("idle_s", s.workflow_idle)),
-                                s.workflow_idle_ceiling))
+        return NewRun(workflow_id=workflow_id, version=pinned["version"], recipe=recipe,
+                      input=input, idempotency_key=key, max_steps=max_steps,
+                      wall_clock_s=wall_clock, usd_budget=usd,
+                      idle_s=min(float(own.get("idle_s", s.workflow_idle)),
+                                 s.workflow_idle_ceiling))
+
+    async def start(self, scope: Scope, workflow_id: UUID, input: Any, *,
+                    key: str | None = None, version: int | None = None,
+                    budget: Mapping[str, Any] | None = None,
+                    origin: Origin | None = None) -> tuple[Row, bool]:
+        """Start a run of a published version (the latest by default): (run, created).
+        `budget` (`max_steps`, `wall_clock_s`, `usd`) can only lower the recipe's; `origin` (a
+        schedule's tick, a conversation's tool call) is written with the run. Raises
+        NotFound, ValidationFailed (`input_invalid`), or Conflict when the key belongs to a
+        run of another workflow."""
+        new = await self.plan(scope, workflow_id, input, key=key, version=version,
+                              budget=budget)
         async with self.db.begin() as conn:
             run, created = await run_store.start_run(conn, scope, new)
             if created:
@@ -162,10 +172,11 @@ class Workflows:
         async with self.db.begin() as conn:
             row = await run_store.pause(conn, scope, run_id, reason)
             if row is not None:
-                await self._changed(conn, scope, run_id, "run_paused", {"reason": reason})
-                # Pauses expire: the reconciler cancels a run still paused by then.
-                expiry = row["paused_at"] + timedelta(seconds=self.settings.workflow_pause_ttl)
-                await wake(self.queue, conn, scope, run_id, at=expiry, timer="pause")
+                await self._paused(conn, scope, row, reason)
+                for child in await subruns.descendants(conn, scope, run_id):
+                    paused = await run_store.pause(conn, scope, child, "parent")
+                    if paused is not None:
+                        await self._paused(conn, scope, paused, "parent")
         return row or await self._refused(scope, run_id, "paused", "running")
 
     async def resume(self, scope: Scope, run_id: UUID) -> Row:
@@ -174,6 +185,9 @@ class Workflows:
             row = await run_store.resume(conn, scope, run_id)
             if row is not None:
                 await self._changed(conn, scope, run_id, "run_resumed", {})
+                for child in await subruns.descendants(conn, scope, run_id):
+                    if await run_store.resume(conn, scope, child) is not None:
+                        await self._changed(conn, scope, child, "run_resumed", {})
         return row or await self._refused(scope, run_id, "resumed", "paused")
 
     async def cancel(self, scope: Scope, run_id: UUID, reason: str = "user") -> Row:
@@ -182,6 +196,10 @@ class Workflows:
             row = await run_store.cancel(conn, scope, run_id, reason)
             if row is not None:
                 await self._changed(conn, scope, run_id, "run_cancelled", {"reason": reason})
+                for child in await subruns.descendants(conn, scope, run_id):
+                    if await run_store.cancel(conn, scope, child, "parent") is not None:
+                        await self._changed(conn, scope, child, "run_cancelled",
+                                            {"reason": "parent"})
                 await run_closed(self.ends, conn, run_id, row["org_id"], "cancelled", reason)
         return row or await self._refused(scope, run_id, "cancelled", "running or paused")
 
@@ -204,6 +222,12 @@ class Workflows:
         """The run's events with seq above `after`, in order."""
         await self.run(scope, run_id)
         return await run_store.events(self.db, scope, run_id, after=after, limit=limit)
+
+    async def _paused(self, conn: Connection, scope: Scope, row: Row, reason: str) -> None:
+        await self._changed(conn, scope, row["id"], "run_paused", {"reason": reason})
+        # Pauses expire: the reconciler cancels a run still paused by then.
+        expiry = row["paused_at"] + timedelta(seconds=self.settings.workflow_pause_ttl)
+        await wake(self.queue, conn, scope, row["id"], at=expiry, timer="pause")
 
     async def _changed(self, conn: Connection, scope: Scope, run_id: UUID, kind: str,
                        data: dict[str, Any]) -> None:

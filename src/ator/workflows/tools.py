@@ -26,7 +26,12 @@ from ator.tools.base import Tool, ToolContext
 from ator.workflows.service import Workflows
 from ator.workflows.told import RunTeller
 
-__all__ = ["workflow_tools"]
+__all__ = ["GOVERNANCE", "workflow_tools"]
+
+# The tools that act on runs (start one, cancel one): denied inside a run's own agent steps
+# (workflows/agents.py), so a step can neither cancel its run nor start runs beside its
+# budget; a sub-run is a `workflow` step, and a gate is decided by a person only.
+GOVERNANCE = ("start_workflow", "cancel_workflow")
 
 _PAGE_CHARS = 8000
 _SCHEMA_CHARS = 2000

@@ -3,7 +3,10 @@
 // children's states, never one row per child. The run is read once over HTTP (the run, its
 // recipe, its steps), then every change arrives over the socket's `run:<id>` room from the
 // run's `last_seq`: no polling, an idle run page makes no requests. A step's panel shows what
-// the step list holds; its input and whole output are loaded only when asked for.
+// the step list holds; its input and whole output are loaded only when asked for. An open
+// `human` gate (the run `waiting`) shows its prompt and a form to decide it: the gate is read
+// when the run is read or when its `gate_opened` event arrives, and the decision goes over the
+// socket (`decide`, the approvals' decide-once path); `gate_decided` closes the form.
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { api, explain } from "../api";
 import type { Frame, Live } from "../live";
@@ -41,6 +44,14 @@ interface Step {
 interface RecipeStep {
   id: string;
   type: string;
+}
+
+interface Gate {
+  id: string;
+  status: string;
+  name: string;
+  expires_at: string | null;
+  subject: { run_id?: string; prompt?: string; input_schema?: unknown; deciders?: unknown };
 }
 
 const ENDS: Record<string, string> = {
@@ -206,12 +217,22 @@ export function RunView(props: { runId: string; live: Live }) {
   const [expanded, setExpanded] = useState<Map<string, number>>(new Map());
   const [selected, setSelected] = useState<string | null>(null);
   const [error, setError] = useState("");
+  const [gate, setGate] = useState<Gate | null>(null);
 
   useEffect(() => {
     let off: (() => void) | null = null;
     let gone = false;
+    const openGate = async (id: string) => {
+      const g = await api<Gate>("GET", `/v1/approvals/${id}`);
+      if (!gone && g.status === "pending") setGate(g);
+    };
     (async () => {
       const r = await api<Run>("GET", `/v1/runs/${runId}`);
+      if (r.status === "waiting") {
+        const page = await api<{ data: Gate[] }>("GET", "/v1/approvals?kind=gate&limit=200");
+        const mine = page.data.find((g) => g.subject?.run_id === runId);
+        if (mine && !gone) setGate(mine);
+      }
       const version = await api<{ recipe: { steps: RecipeStep[] } }>(
         "GET",
         `/v1/workflows/${r.workflow_id}/versions/${r.version}`,
@@ -232,6 +253,13 @@ export function RunView(props: { runId: string; live: Live }) {
       }
       const kind = f.type;
       const data = f.data?.data ?? {};
+      if (kind === "gate_opened") {
+        setRun((r) => (r ? { ...r, status: "waiting" } : r));
+        openGate(String(data.approval_id)).catch((e) => setError(explain(e)));
+      } else if (kind === "gate_decided") {
+        setGate(null);
+        setRun((r) => (r ? { ...r, status: "running" } : r));
+      }
       if (kind in ENDS) {
         setRun((r) => (r ? { ...r, status: ENDS[kind], last_seq: f.seq ?? r.last_seq } : r));
         return;
@@ -323,6 +351,75 @@ export function RunView(props: { runId: string; live: Live }) {
         </ol>
         {selected && <Panel runId={runId} id={selected} step={steps.get(selected)} />}
       </div>
+      {gate && <GateForm gate={gate} live={live} />}
     </section>
+  );
+}
+
+// An open gate: its prompt, the decision's value (JSON, checked by the server against the
+// gate's input schema) and approve / deny over the socket.
+function GateForm(props: { gate: Gate; live: Live }) {
+  const g = props.gate;
+  const [value, setValue] = useState("{}");
+  const [reason, setReason] = useState("");
+  const [error, setError] = useState("");
+  const [sending, setSending] = useState(false);
+
+  const decide = async (decision: "approve" | "deny") => {
+    const payload: Record<string, unknown> = { approval_id: g.id, decision };
+    if (decision === "approve") {
+      try {
+        payload.arguments = JSON.parse(value);
+      } catch {
+        setError("The decision is not valid JSON.");
+        return;
+      }
+    } else if (reason.trim()) payload.reason = reason.trim();
+    setSending(true);
+    try {
+      await props.live.command("decide", payload);
+      setError("");
+    } catch (e) {
+      setError(explain(e));
+    }
+    setSending(false);
+  };
+
+  return (
+    <div class="card gate" data-testid="gate">
+      <div>
+        <strong>Waiting for a decision</strong> <span class="muted small">step {g.name}</span>
+      </div>
+      <p data-testid="gate-prompt">{g.subject?.prompt ?? ""}</p>
+      <details>
+        <summary class="muted small">what the decision must look like</summary>
+        <pre class="mono small">{JSON.stringify(g.subject?.input_schema ?? {}, null, 2)}</pre>
+      </details>
+      {g.expires_at && (
+        <div class="muted small">times out at {new Date(g.expires_at).toLocaleString()}</div>
+      )}
+      <textarea
+        data-testid="gate-value"
+        rows={4}
+        style="width: 100%; font-family: monospace"
+        value={value}
+        onInput={(e) => setValue((e.target as HTMLTextAreaElement).value)}
+      />
+      <div class="row">
+        <button data-testid="gate-approve" disabled={sending} onClick={() => decide("approve")}>
+          Approve
+        </button>
+        <input
+          data-testid="gate-reason"
+          placeholder="reason (for a denial)"
+          value={reason}
+          onInput={(e) => setReason((e.target as HTMLInputElement).value)}
+        />
+        <button data-testid="gate-deny" class="danger" disabled={sending} onClick={() => decide("deny")}>
+          Deny
+        </button>
+      </div>
+      {error && <p class="error" data-testid="gate-error">{error}</p>}
+    </div>
   );
 }
