@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from decimal import Decimal
 from typing import Any
 
 from ator import Scope
@@ -78,7 +79,7 @@ async def test_an_agent_starts_a_workflow_and_gets_its_result_once_in_a_later_tu
         if tool_results(request):
             return Reply(text="started; I will wait")
         return Reply(calls=[("start_workflow", {"workflow": "doubler", "input": {"n": 21},
-                                                "budget": {"max_steps": 5}})])
+                                                "budget": {"max_steps": 5, "usd": 0.25}})])
 
     agents = Agents(agent, lambda task, r: Reply(text=""))
     async with make_ator(providers={"agents": agents}, job_poll_interval=0.05) as ator:
@@ -98,6 +99,7 @@ async def test_an_agent_starts_a_workflow_and_gets_its_result_once_in_a_later_tu
         assert "42" in data["text"]
         runs = await ator.service(Workflows).runs(scope)
         assert len(runs) == 1 and runs[0]["max_steps"] == 5  # the call lowered the budget
+        assert runs[0]["usd_budget"] == Decimal("0.25")  # and its money
         # The tool's result named the run (whichever request carried it back).
         carried = [t for r in agents.requests for t in tool_results(r)]
         assert any(str(runs[0]["id"]) in t for t in carried), carried

@@ -9,7 +9,9 @@ workflows.service, workflows.told).
 
 Handlers reach `Workflows` through `ToolContext.service`, so a turn not granted it gets a
 plain error result. A run's budget is the recipe's, lowered by what the call asks
-(`max_steps`, `wall_clock_s`); asking for more than the recipe allows is refused.
+(`max_steps`, `wall_clock_s`, `usd`); asking for more than the recipe allows is refused. Its
+spend goes through the org's ledger like the turn's own (a run outlives the turn that
+started it, so the turn's caps cannot hold it).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ START_SCHEMA: dict[str, Any] = {
         "budget": {"type": "object", "additionalProperties": False, "properties": {
             "max_steps": {"type": "integer", "minimum": 1, "maximum": 100_000},
             "wall_clock_s": {"type": "number", "exclusiveMinimum": 0},
+            "usd": {"type": "number", "exclusiveMinimum": 0, "maximum": 100_000},
         }},
     },
     "required": ["workflow"],
@@ -96,7 +99,7 @@ async def _start(args: dict[str, Any], ctx: ToolContext) -> Any:
         raise ToolError(f"workflow {workflow['name']!r} has no published version")
     budget = dict(args.get("budget") or {})
     own = (await flows.version(scope, workflow["id"], None))["recipe"].get("budget", {})
-    for key in ("max_steps", "wall_clock_s"):
+    for key in ("max_steps", "wall_clock_s", "usd"):
         if key in budget and key in own and budget[key] > own[key]:
             raise ToolError(f"budget.{key} {budget[key]} is above the workflow's own "
                             f"{own[key]}: a run's budget can only be lowered")
@@ -112,7 +115,8 @@ async def _start(args: dict[str, Any], ctx: ToolContext) -> Any:
     ctx.service(RunTeller).started_in.add(turn_id)
     return {"run_id": str(run["id"]), "workflow": workflow["name"], "status": run["status"],
             "created": created,
-            "budget": {"max_steps": run["max_steps"], "wall_clock_s": run["wall_clock_s"]},
+            "budget": {"max_steps": run["max_steps"], "wall_clock_s": run["wall_clock_s"],
+                       "usd": None if run["usd_budget"] is None else str(run["usd_budget"])},
             "note": "The run's result arrives by itself as a message when it ends; do not "
                     "poll."}
 
