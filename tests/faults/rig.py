@@ -36,7 +36,7 @@ import asyncpg
 import httpx
 from sqlalchemy.engine import make_url
 
-from ator.store.embedded import start_embedded, stop_embedded
+from ator.store.embedded import PostgresServer, start_embedded, stop_embedded
 from tests.e2e.client import Client, script_setup
 from tests.e2e.replica import Replica, StartupFailed, bootstrap_key, master_key
 
@@ -76,6 +76,9 @@ class OwnPostgres:
         self.url = ""
 
     def start(self) -> str:
+        # The wheel caches one handle per data dir, made when the server was started; after a
+        # stop that handle is stale, so drop it and let a new one start the server again.
+        PostgresServer._instances.pop((self.dir / "pg").resolve(), None)
         self.url = start_embedded(self.dir)
         return self.url
 
@@ -131,7 +134,7 @@ class Recorder:
         hits = self.hits
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            def do_GET(self) -> None:
                 with lock:
                     hits[self.path] += 1
                 body = f"recorded {self.path}".encode()
@@ -262,15 +265,20 @@ class Rig:
         try:
             ids = list(load.accepted)
 
-            async def quiet() -> bool:
-                running = await conn.fetchval(
-                    "SELECT count(*) FROM turns WHERE status = 'running'")
-                pending = await conn.fetchval(
-                    "SELECT count(*) FROM mailbox WHERE id = ANY($1::uuid[]) "
-                    "AND turn_id IS NULL", ids)
-                return running == 0 and pending == 0
+            seen: dict[str, Any] = {}
 
-            await wait_for("every turn ended and every message drained", quiet, deadline)
+            async def quiet() -> bool:
+                seen["running"] = [dict(r) for r in await conn.fetch(
+                    "SELECT id, owner, started_at FROM turns WHERE status = 'running'")]
+                seen["pending"] = [dict(r) for r in await conn.fetch(
+                    "SELECT id, thread_id, created_at FROM mailbox "
+                    "WHERE id = ANY($1::uuid[]) AND turn_id IS NULL", ids)]
+                return not seen["running"] and not seen["pending"]
+
+            try:
+                await wait_for("every turn ended and every message drained", quiet, deadline)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; still {seen}") from None
             # The reaper's release sweep gives back what closed turns held: wait for it.
             await wait_for("reservations released", lambda: _released(conn), 30)
             rows = await conn.fetch(
