@@ -10,7 +10,7 @@ WEB_DIST := src/ator/web/dist/index.html
 WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/index.html web/package.json \
 	web/package-lock.json web/vite.config.ts web/tsconfig.json
 
-.PHONY: install demo test lint bench serve clean real-cli
+.PHONY: install demo test lint bench serve clean real-cli faults
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,11 @@ demo: install
 
 test: install
 	$(BIN)/pytest
+
+# The fault suite (tests/faults): its own PostgreSQL, Redis and replicas, faults injected under
+# load. ATOR_FAULT_KILLS sets the SIGKILL loop's length (default 50).
+faults: install
+	$(BIN)/pytest -m faults tests/faults
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench lint

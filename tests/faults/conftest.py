@@ -1,9 +1,16 @@
 """Fixtures of the fault suite: a `Rig` of its own per test (own PostgreSQL, own Redis, own
-replicas), torn down afterwards; the replicas' logs are attached to a failing report."""
+replicas), torn down afterwards; the replicas' logs are attached to a failing report.
+
+The suite is a CI step of its own (`make faults`): a plain `pytest` of the whole tree leaves
+its tests out (deselected, reported as such) unless tests/faults is named on the command line
+or ATOR_TEST_FAULTS=1 is set, since its kill loop alone takes minutes.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +18,26 @@ import pytest
 from tests.faults.rig import Rig, remove, temp_root
 
 _RIGS: list[Rig] = []
+_HERE = Path(__file__).parent.resolve()
+
+
+def _asked(config: pytest.Config) -> bool:
+    if os.environ.get("ATOR_TEST_FAULTS") == "1":
+        return True
+    for arg in config.args:
+        path = Path(arg.split("::")[0]).resolve()
+        if path == _HERE or _HERE in path.parents:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _asked(config):
+        return
+    left = [i for i in items if _HERE in Path(str(i.path)).resolve().parents]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [i for i in items if i not in left]
 
 
 @pytest.fixture

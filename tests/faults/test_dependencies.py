@@ -61,10 +61,17 @@ async def test_postgres_restarted_mid_load(rig: Rig) -> None:
 
 async def test_redis_restarted_and_unreachable(rig: Rig) -> None:
     a, b = rig.replica("a"), rig.replica("b")
-    rig.client(a), rig.client(b)
-    await rig.budget(rig.clients[0])
+    clients = [rig.client(a), rig.client(b)]
+    await rig.budget(clients[0])
     load = Load(rig, delay=0.5)
-    posts = await _wave(rig, load, 6)
+    # Threads made up front: making a setup needs the coordinator, refused (503) while
+    # Redis is away; posting to a thread is what the faults are about.
+    threads = [await load.thread(clients[n % 2]) for n in range(20)]
+
+    def wave(part: list[str]) -> list[asyncio.Task[None]]:
+        return [asyncio.create_task(load.post(clients, t)) for t in part]
+
+    posts = wave(threads[:6])
     conn = await rig.pg.connect()
     try:
         await wait_for("a turn running", lambda: conn.fetchval(
@@ -74,16 +81,14 @@ async def test_redis_restarted_and_unreachable(rig: Rig) -> None:
     rig.redis.stop()  # restarted: every key (leases, queues) is gone
     await asyncio.to_thread(rig.redis.start)
     await asyncio.gather(*posts)
-    posts = await _wave(rig, load, 6)
+    posts = wave(threads[6:12])
     rig.redis.stop()  # unreachable for OUTAGE seconds, load in flight
-    await asyncio.gather(*posts)
-    during = await _wave(rig, load, 4)
-    await asyncio.gather(*during)
+    await asyncio.gather(*posts, *wave(threads[12:16]))
     # The outage's length is the fault itself, not a synchronization.
     await asyncio.sleep(OUTAGE)
     await asyncio.to_thread(rig.redis.start)
     await wait_for("both replicas ready again", lambda: _ready(rig), 60)
-    await asyncio.gather(*await _wave(rig, load, 4))
+    await asyncio.gather(*wave(threads[16:]))
     figures = await rig.check(load)
     assert all(r.proc.poll() is None for r in (a, b)), "a replica died of the outage"
     print(f"\nFAULT redis-restart+{OUTAGE:g}s-outage: in flight=6 conversations at the restart, "
