@@ -59,8 +59,8 @@ async def test_postgres_restarted_mid_load(rig: Rig) -> None:
           f"ledger, tool runs; unaccepted={load.unaccepted} {figures.line()}")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "finding of this suite (2026-12-02, seen in 1 of 1 runs, so not strict yet): after the "
+@pytest.mark.xfail(strict=True, reason=(
+    "finding of this suite (2026-12-02, 2 of 2 runs): after the "
     "Redis restart and outage a turn on a live replica stays 'running' for good (the reaper "
     "leaves it, its replica being alive), so 'every turn ended with a typed status' fails"))
 async def test_redis_restarted_and_unreachable(rig: Rig) -> None:
