@@ -29,9 +29,10 @@ demo: install
 test: install
 	$(BIN)/pytest --ignore=tests/faults
 
-# The fault suite (tests/faults): faults injected while conversations are in flight.
+# The fault suite (tests/faults): its own PostgreSQL, Redis and replicas, faults injected under
+# load. ATOR_FAULT_KILLS sets the SIGKILL loop's length (default 50, about 12 s a kill on 2 cores).
 faults: install
-	$(BIN)/pytest tests/faults -s
+	$(BIN)/pytest -s -m faults tests/faults  # -s: each test prints its FAULT line
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench lint

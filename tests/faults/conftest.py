@@ -1,9 +1,63 @@
-"""The fault suite's fixtures: the end-to-end ones (real `ator serve` processes on real
-PostgreSQL and Redis, a fresh database per module, replica logs attached to failures)."""
+"""Fixtures of the fault suite: a `Rig` of its own per test (own PostgreSQL, own Redis, own
+replicas), torn down afterwards; the replicas' logs are attached to a failing report.
 
-from tests.e2e.conftest import (  # noqa: F401 (fixtures and the report hook, shared)
-    databases,
-    deployments,
-    e2e_database_url,
-    pytest_runtest_makereport,
-)
+The suite is a CI step of its own (`make faults`): a plain `pytest` of the whole tree leaves
+its tests out (deselected, reported as such) unless tests/faults is named on the command line
+or ATOR_TEST_FAULTS=1 is set, since its kill loop alone takes minutes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.rig import Rig, remove, temp_root
+
+_RIGS: list[Rig] = []
+_HERE = Path(__file__).parent.resolve()
+
+
+def _asked(config: pytest.Config) -> bool:
+    if os.environ.get("ATOR_TEST_FAULTS") == "1":
+        return True
+    for arg in config.args:
+        path = Path(arg.split("::")[0]).resolve()
+        if path == _HERE or _HERE in path.parents:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _asked(config):
+        return
+    left = [i for i in items if _HERE in Path(str(i.path)).resolve().parents]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [i for i in items if i not in left]
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    root = temp_root()
+    made = Rig(root)
+    _RIGS.append(made)
+    try:
+        made.start_servers()
+        yield made
+    finally:
+        _RIGS.remove(made)
+        await made.aclose()
+        remove(root)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[Any]:
+    report = yield
+    if report.failed:
+        for made in _RIGS:
+            report.sections.append(("ator serve replicas (fault rig)", made.logs()))
+    return report
