@@ -77,7 +77,9 @@ async def test_a_run_over_the_api_is_stored_flagged_and_sent_to_the_webhook(
         assert (mine["runs"], mine["fallbacks"], mine["flagged"]) == (1, 1, True)
         [seen] = await receiver.wait_for("/hook", 1)
         body = json.loads(seen.body)
-        assert (body["type"], body["event"]) == ("analysis.generated", f"{name}_generated")
+        # The outbox's one envelope: {type, timestamp, data}.
+        assert (body["type"], body["data"]["event"]) == ("analysis.generated",
+                                                         f"{name}_generated")
         assert body["data"]["id"] == a["id"]
         missing = await client.get(f"/v1/analyses/{uuid.uuid4()}", headers=h)
         assert (missing.status_code, missing.json()["code"]) == (404, "not_found")

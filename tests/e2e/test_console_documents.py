@@ -37,7 +37,7 @@ async def test_upload_edit_search_and_unanswered_queries(
         await page.fill("[data-testid=document-text]",
                         "# Returns\n\nUnopened parcels come back within fourteen days.\n")
         await editor.locator("text=Save as version 2").click()
-        await page.locator("[data-testid=document] >> text=version 2").wait_for()
+        await page.locator("[data-testid=document] >> text=Saved as version 2").wait_for()
         await page.locator("[data-testid=documents] >> text=v2").wait_for()  # the list too
         await shot(page, "30-documents")
 
