@@ -105,6 +105,24 @@ async def database_url() -> AsyncIterator[str]:
 
 
 @pytest.fixture
+async def own_database(database_url: str) -> AsyncIterator[str]:
+    """A fresh database on the session's server, for this test alone (dropped after)."""
+    admin = make_url(database_url).set(drivername="postgresql")
+    name = f"ator_own_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(admin.render_as_string(hide_password=False))
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    yield admin.set(database=name).render_as_string(hide_password=False)
+    conn = await asyncpg.connect(admin.render_as_string(hide_password=False))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
 def settings_factory(database_url: str, tmp_path: Path) -> Callable[..., Settings]:
     def make(**overrides: Any) -> Settings:
         base: dict[str, Any] = {

@@ -24,7 +24,6 @@ from zoneinfo import ZoneInfo
 import asyncpg
 import httpx
 import pytest
-from sqlalchemy.engine import make_url
 
 from ator.engine.runtime import Ator
 from ator.jobs import JobKinds, ManualClock, Scheduler, Schedules
@@ -33,24 +32,6 @@ from ator.store.scope import Scope
 from ator.workflows import RunSchedules, Workflows
 from ator.workflows.scheduled import run_key
 from tests.conftest import operator_client
-
-
-@pytest.fixture
-async def own_database(database_url: str) -> AsyncIterator[str]:
-    """A fresh database on the session's server, for this test alone (dropped after)."""
-    admin = make_url(database_url).set(drivername="postgresql")
-    name = f"ator_sched_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(admin.render_as_string(hide_password=False))
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    yield admin.set(database=name).render_as_string(hide_password=False)
-    conn = await asyncpg.connect(admin.render_as_string(hide_password=False))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
 
 
 @pytest.fixture

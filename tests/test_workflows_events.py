@@ -23,8 +23,12 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
-async def api(make_ator: Any) -> AsyncIterator[tuple[httpx.AsyncClient, str, Ator]]:
-    async with operator_client(make_ator, rate_limit_per_minute=100_000,
+async def api(make_ator: Any, own_database: str
+              ) -> AsyncIterator[tuple[httpx.AsyncClient, str, Ator]]:
+    # A database of its own: these runs' jobs must not queue behind what earlier tests of
+    # the session left in the shared one (their runs timed out in the full suite).
+    async with operator_client(make_ator, database_url=own_database,
+                               rate_limit_per_minute=100_000,
                                job_poll_interval=0.05, job_concurrency=40) as made:
         await made[2].start_jobs()
         yield made
