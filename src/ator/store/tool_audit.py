@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from ator.errors import ValidationFailed
 from ator.store.database import Database
-from ator.store.schema import tool_audit
+from ator.store.schema.tool_audit import tool_audit
 from ator.store.scope import Scope
 
 __all__ = ["AuditPage", "ToolAudit", "list_calls", "record"]
