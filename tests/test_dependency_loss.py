@@ -5,6 +5,10 @@ replica that runs it, while that replica lives.
   its task ends. Its row says `running` with nobody beating it; the reaper of the same
   replica closes it (`error:lost`) once the database is back. (It used to leave every turn
   of its own process to "its actor", which had given up on it: running for good.)
+- Redis away just as a turn starts: the `turn_started` announcement fails after the turn's
+  row committed. The turn ends at once, typed (`error:coordination`), written to the
+  database that is still there. (It used to escape before the turn could end: running for
+  good, and no reaper acts without Redis.)
 
 The dependency is reached through a TCP proxy (tests/tcp_proxy.py) that the test cuts and
 restores; the state is read straight from the database, not through the process under test.
@@ -16,12 +20,14 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
+import pytest
 from sqlalchemy.engine import make_url
 
 from ator.providers.base import MessageStop, ModelRequest, StreamEvent, TextDelta, Usage
-from tests.conftest import new_thread, until
+from tests.conftest import REDIS_URL, new_thread, until
 from tests.tcp_proxy import Proxy
 
 
@@ -111,3 +117,53 @@ async def test_a_turn_whose_database_went_away_mid_turn_is_closed_by_its_own_rep
     finally:
         await direct.close()
         await proxy.cut()
+
+
+@pytest.mark.redis
+async def test_a_turn_whose_start_could_not_be_announced_ends_typed_at_once(
+    make_ator, database_url: str,
+) -> None:
+    target = urlsplit(REDIS_URL)
+    proxy = Proxy(target.hostname or "127.0.0.1", target.port or 6379)
+    await proxy.start()
+    provider = Gated()
+    provider.go.set()
+    direct = await asyncpg.connect(_plain(database_url))
+    blocker = await asyncpg.connect(_plain(database_url))
+    try:
+        # A long lease and a slow reaper: the turn must end by itself, not be reaped.
+        async with make_ator(providers={"gated": provider},
+                             redis_url=f"redis://127.0.0.1:{proxy.port}{target.path}",
+                             redis_prefix=f"ator-deploss-{uuid.uuid4().hex[:8]}:",
+                             lease_ttl=30.0, reaper_interval=60.0) as ator:
+            scope, thread = await new_thread(ator, "gated")
+            # Hold the thread's row, so the turn's start statement waits on it: Redis goes
+            # away while it waits, and is gone when the statement has committed.
+            lock = blocker.transaction()
+            await lock.start()
+            await blocker.execute(
+                "SELECT 1 FROM threads WHERE id = $1 FOR NO KEY UPDATE", thread.id)
+            await ator.submit(scope, thread.id, "work")
+            await until_waiting(direct, 15)
+            await proxy.cut()
+            try:
+                await lock.rollback()
+                [turn] = await _ended(direct, thread.id, 30)
+            finally:
+                await proxy.restore()  # for the shutdown: it releases leases
+            assert (turn["status"], turn["stop_reason"]) == ("error", "error:coordination")
+            assert turn["error"] and turn["reserved_usd"] == 0
+            assert provider.calls == 0  # ended before any model call
+    finally:
+        await blocker.close()
+        await direct.close()
+        await proxy.cut()
+
+
+async def until_waiting(conn: asyncpg.Connection, deadline: float) -> None:
+    """Until a statement of another session waits on a row lock in this database."""
+    async with asyncio.timeout(deadline):
+        while not await conn.fetchval(  # noqa: ASYNC110 (another session's state, polled)
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"):
+            await asyncio.sleep(0.02)
