@@ -103,8 +103,8 @@ async def test_two_replicas_racing_to_tell_a_parent_tell_it_once(make_ator, tmp_
         # Three ways to end the child's turn race: both replicas' sweeps judging it lost
         # (as if its heartbeat were late) and a stop, whose final write tells the parent.
         raced = await asyncio.gather(
-            turn_store.reap_lost_turns(a.db, 0.0, sweeper="racer-a"),
-            turn_store.reap_lost_turns(b.db, 0.0, sweeper="racer-b"),
+            turn_store.reap_lost_turns(a.db, 0.0),
+            turn_store.reap_lost_turns(b.db, 0.0),
             b.stop(scope, child))
         reaped = [t for found in raced[:2] for t in found if t.thread_id == child]
         assert len(reaped) <= 1
@@ -176,7 +176,7 @@ async def test_a_result_claimed_but_never_delivered_is_delivered_by_the_sweep(
         # The sweep that closes the child's turn tells the parent, and the process dies
         # before it wakes the parent: nobody calls notify here. The reaper's sweep of
         # pending mailbox items is what delivers the result.
-        closed = await turn_store.reap_lost_turns(ator.db, 0.0, sweeper="dying")
+        closed = await turn_store.reap_lost_turns(ator.db, 0.0)
         (lost,) = [t for t in closed if t.thread_id == child]
         assert lost.told_parent == root.id
         found = await wait_for_event(ator, scope, root.id, lambda e: e.kind == "notification")

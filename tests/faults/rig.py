@@ -221,7 +221,7 @@ class Rig:
         for attempt in range(3):
             replica = Replica.launch(f"{name}#{self.born}", self.root, env, port)
             try:
-                replica.wait_ready(90)
+                replica.wait_ready(180)  # at load 15, 90 s did not cover the migrations
             except StartupFailed:
                 replica.stop()
                 if attempt == 2 or "address already in use" not in replica.log().lower():
@@ -272,7 +272,8 @@ class Rig:
 
             async def quiet() -> bool:
                 seen["running"] = [dict(r) for r in await conn.fetch(
-                    "SELECT id, owner, started_at FROM turns WHERE status = 'running'")]
+                    "SELECT id, owner, steps, started_at, heartbeat_at FROM turns "
+                    "WHERE status = 'running'")]
                 seen["pending"] = [dict(r) for r in await conn.fetch(
                     "SELECT id, thread_id, created_at FROM mailbox "
                     "WHERE id = ANY($1::uuid[]) AND turn_id IS NULL", ids)]

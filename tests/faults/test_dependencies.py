@@ -30,10 +30,6 @@ async def _wave(rig: Rig, load: Load, count: int) -> list[asyncio.Task[None]]:
     return [asyncio.create_task(load.post(clients, t)) for t in threads]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding of this suite (2026-12-02): after the PostgreSQL restart, turns that a live "
-    "replica starts stay 'running' for good (no step, no end; the reaper leaves them, the "
-    "replica being alive), so 'every turn ended with a typed status' fails"))
 async def test_postgres_restarted_mid_load(rig: Rig) -> None:
     a, b = rig.replica("a"), rig.replica("b")
     rig.client(a), rig.client(b)
@@ -59,10 +55,6 @@ async def test_postgres_restarted_mid_load(rig: Rig) -> None:
           f"ledger, tool runs; unaccepted={load.unaccepted} {figures.line()}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding of this suite (2026-12-02, 2 of 2 runs): after the "
-    "Redis restart and outage a turn on a live replica stays 'running' for good (the reaper "
-    "leaves it, its replica being alive), so 'every turn ended with a typed status' fails"))
 async def test_redis_restarted_and_unreachable(rig: Rig) -> None:
     a, b = rig.replica("a"), rig.replica("b")
     clients = [rig.client(a), rig.client(b)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from uuid import UUID
 
 from ator.coord.base import Coordinator
 from ator.engine.turn import TurnHandle
@@ -57,6 +58,10 @@ class Heartbeats:
 
     def discard(self, key: str) -> None:
         self._turns.pop(key, None)
+
+    def turn_ids(self) -> list[UUID]:
+        """The turns this process runs right now (a turn whose task ended is not one)."""
+        return [b.handle.turn_id for b in self._turns.values()]
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ator-heartbeats")

@@ -78,11 +78,13 @@ class Reaper:
 
     async def tick(self) -> int:
         """One sweep; returns how many turns it closed."""
-        # Our own turns are late after a stall of this loop, never lost: refresh their rows
-        # for the other replicas' sweeps, and leave them out of ours (a stall can fall
-        # between the beat and the sweep).
+        # The turns we run are late after a stall of this loop, never lost: refresh their
+        # rows for the other replicas' sweeps, and leave them out of ours (a stall can fall
+        # between the beat and the sweep). Only those: a turn of ours whose task is gone
+        # (its end could not be written) is lost like any other, or nobody would close it.
         await self.actor.heartbeats.beat()
-        lost = await turn_store.reap_lost_turns(self.db, self.ttl, sweeper=self.owner)
+        lost = await turn_store.reap_lost_turns(
+            self.db, self.ttl, running=self.actor.heartbeats.turn_ids())
         # Lost turns (and any turn whose end did not settle) give back their reservations.
         await ledger.release_closed(self.db)
         for turn in lost:

@@ -55,6 +55,7 @@ from ator.store import secrets as secret_store
 from ator.store import turns as turn_store
 from ator.store.database import Database
 from ator.store.events import HISTORY_KINDS
+from ator.store.records import Event
 from ator.store.scope import Scope
 from ator.tools.base import ToolContext
 from ator.tools.results import StoredResults
@@ -155,7 +156,6 @@ class TurnRunner:
                 "ator.turn_id": str(turn_id), "ator.setup_id": str(start.setup_id),
                 "gen_ai.provider.name": start.provider, "gen_ai.request.model": start.model,
             }, parent=start.traceparent, start_time=began))
-            await self.publisher.events(scope, thread_id, started)
             extras = self._extras(start)
             frozen: FrozenConfig | AtorError
             try:
@@ -177,10 +177,14 @@ class TurnRunner:
             writer = StepWriter(db=self.db, publisher=self.publisher, metrics=self.metrics,
                                 turn=turn, state=state, snapshot=snapshot, ends=self.ends)
             handle.started = True
+            # From here on the turn's row exists: whatever happens, it ends with a typed
+            # status, written below (the `turn_started` announcement too can fail, when the
+            # coordinator is away).
             if handle.reason is not None:  # stopped while the turn was being created
                 stop, error = _stopped(handle.reason)
             else:
-                stop, error = await self._drive(start, turn, frozen, state, writer, handle)
+                stop, error = await self._drive(start, turn, frozen, state, writer, handle,
+                                                started)
             if not writer.finished:
                 interrupted = writer.interrupted_call(_partial_priced(self.prices, turn, state))
                 await asyncio.shield(writer.finish(stop, error, interrupted))
@@ -232,15 +236,18 @@ class TurnRunner:
         state: TurnState,
         writer: StepWriter,
         handle: TurnHandle,
+        started: Sequence[Event],
     ) -> tuple[str, str | None]:
-        if isinstance(frozen, AtorError):
-            return f"error:{frozen.kind}", frozen.message
+        limit = frozen.caps.turn_timeout if isinstance(frozen, FrozenConfig) else 0.0
         try:
-            async with asyncio.timeout(frozen.caps.turn_timeout):
+            await self.publisher.events(Scope(turn.org_id), turn.thread_id, started)
+            if isinstance(frozen, AtorError):
+                return f"error:{frozen.kind}", frozen.message
+            async with asyncio.timeout(limit):
                 outcome = await self._loop(start, turn, frozen, state, writer)
             return outcome.stop_reason, outcome.error
         except TimeoutError:
-            return "timeout", f"turn exceeded {frozen.caps.turn_timeout:g}s"
+            return "timeout", f"turn exceeded {limit:g}s"
         except asyncio.CancelledError:
             if handle.reason is None:
                 raise

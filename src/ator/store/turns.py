@@ -455,11 +455,15 @@ _LOST = "owner stopped heartbeating"
 _TOLD_LOST = "the server running it stopped before it finished"
 
 
-async def reap_lost_turns(db: Database, ttl: float, *, sweeper: str) -> list[LostTurn]:
+async def reap_lost_turns(
+    db: Database, ttl: float, *, running: Sequence[UUID] = ()
+) -> list[LostTurn]:
     """Close turns whose owner stopped heartbeating more than `ttl` seconds ago (all orgs:
     this is the reaper's system-level sweep) and append their `turn_ended` events. The
-    sweeping process's own turns (owner `sweeper`) are never closed here: it is running, so
-    they are not lost, only late; its actor decides their end.
+    turns the sweeping process is running right now (`running`) are never closed here: they
+    are not lost, only late; its actor decides their end. Any other turn of the sweeper's own
+    is closed like anyone's: a turn whose task ended without closing its row (its last write
+    failed while the database or the coordinator was away) has no one left to close it.
 
     A lost subagent's parent is told (`errored`, reason `lost`) by the statement that
     appends its `turn_ended`, with the same claim as a final write's (store/tree.py): the
@@ -468,7 +472,7 @@ async def reap_lost_turns(db: Database, ttl: float, *, sweeper: str) -> list[Los
         UPDATE turns SET status = 'lost', stop_reason = 'error:lost',
                error = '{_LOST}', ended_at = now()
          WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => :ttl)
-           AND owner <> :sweeper
+           AND id <> ALL(CAST(:running AS uuid[]))
         RETURNING org_id, thread_id, id, owner, steps, cost_usd,
                   input_tokens + output_tokens + cache_read_tokens + cache_write_tokens
                     AS tokens,
@@ -483,7 +487,7 @@ async def reap_lost_turns(db: Database, ttl: float, *, sweeper: str) -> list[Los
         " SELECT _ev.*, (SELECT thread_id FROM _result) AS told FROM _ev")
     lost: list[LostTurn] = []
     async with db.begin() as conn:
-        for row in (await conn.execute(stmt, {"ttl": ttl, "sweeper": sweeper})).all():
+        for row in (await conn.execute(stmt, {"ttl": ttl, "running": list(running)})).all():
             params = {"org_id": row.org_id, "thread_id": row.thread_id, "turn_id": row.id}
             params.update(event_params([("turn_ended", {
                 "turn_id": str(row.id), "status": "lost", "stop_reason": "error:lost",
