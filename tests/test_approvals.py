@@ -283,3 +283,21 @@ async def test_the_setup_policy_refuses_a_bad_approve_list_or_timeout(make_ator)
         ok = await a.create_setup(scope, name="s", provider="agents", model="scripted",
                                   tool_policy={"approve": ["docs__*"], "approve_timeout": 60})
         assert ok.tool_policy["approve"] == ["docs__*"]
+
+
+async def test_a_change_of_the_mcp_write_gate_counts_at_once_here_and_within_the_ttl_elsewhere(
+        make_ator) -> None:
+    # Two replicas on one database: the gateway's read of the gate is kept per org for the
+    # catalog's TTL, dropped at once by a change made through the same replica.
+    async with make_ator(engine=False, mcp_catalog_ttl=1.0) as a, \
+            make_ator(engine=False, mcp_catalog_ttl=1.0) as b:
+        scope = Scope((await a.create_org(f"org-{uuid.uuid4().hex[:6]}")).id)
+        here, there = a.service(Approvals), b.service(Approvals)
+        assert not await here.gates_mcp_writes(scope)
+        assert not await there.gates_mcp_writes(scope)
+        await here.set_settings(scope, approve_mcp_writes=True)
+        assert await here.gates_mcp_writes(scope)
+        await asyncio.sleep(1.1)  # past the TTL: the other replica reads it again
+        assert await there.gates_mcp_writes(scope)
+        await there.set_settings(scope, approve_mcp_writes=False)
+        assert not await there.gates_mcp_writes(scope)

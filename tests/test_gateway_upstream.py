@@ -74,6 +74,30 @@ async def test_upstream_tools_are_listed_by_server_id_and_called_one_down_left_o
     assert [r.tool for r in rows[:2]] == [f"{ups.handshake}__echo", f"{ups.modern}__echo"]
 
 
+@pytest.mark.parametrize("era", ["auto", "legacy"])
+async def test_a_call_of_an_upstream_tool_costs_one_statement_its_audit_row(
+        make_ator: Any, era: str) -> None:
+    # Warm, a call reads nothing from the database: the key, the org's servers and its
+    # approval gate are kept for their TTLs; what is left is the call's audit row. The
+    # background loops that share the counter are kept out of the window.
+    async with make_ator(rate_limit_per_minute=1000, egress_allow=("127.0.0.1",),
+                         mcp_catalog_ttl=600, reaper_interval=3600, lease_ttl=60.0,
+                         job_poll_interval=3600, schedule_interval=3600) as ator, \
+            serve_app(create_app(ator.settings, runtime=ator)) as port, \
+            serve_mcp(demo_server("m"), era="modern") as url:
+        org = await _org(ator)
+        made = await ator.service(McpServers).create_mcp_server(org.scope, name="docs", url=url)
+        name = f"{made.id.hex[:8]}__echo"
+        async with _client(f"http://127.0.0.1:{port}/mcp", org.admin, era) as client:
+            await client.call_tool(name, {"text": "warm"})
+            statements, _ = ator.db.stats.snapshot()
+            for i in range(10):
+                assert f"echo: {i}" in _text(await client.call_tool(name, {"text": str(i)}))
+            after, _ = ator.db.stats.snapshot()
+        assert after - statements == 10
+        assert len((await ator.service(ToolCalls).audit(org.scope)).rows) == 11
+
+
 async def test_another_orgs_key_neither_sees_nor_calls_the_upstream_tools(
         ups: Upstreams) -> None:
     b = await _org(ups.ator)

@@ -124,11 +124,13 @@ def create_app(
                    mcp_servers, instructions, calls, catalog, webhooks, workflows, schedules,
                    approvals, analyses, documents, retention, voice, sso):
         app.include_router(module.router)
-    # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp.
+    # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp. Its
+    # route goes first: the router tries routes in order, and behind the ~130 /v1 routes
+    # matching them cost a `tools/call` more CPU than the gateway's own work.
     mcp_gateway = McpGateway(settings)
     app.state.mcp_gateway = mcp_gateway
-    app.router.routes.append(Route("/mcp", endpoint=mcp_gateway,
-                                   methods=["GET", "POST", "DELETE"]))
+    app.router.routes.insert(0, Route("/mcp", endpoint=mcp_gateway,
+                                      methods=["GET", "POST", "DELETE"]))
     app.include_router(gateway_calls)
     mount_console(app, settings.web_dir)
     return app

@@ -16,9 +16,6 @@ or 200 `{"stop": "idle", "running": false}`.
 
 from __future__ import annotations
 
-import base64
-import binascii
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -30,22 +27,10 @@ from ator.api.limits import WaitSlots
 from ator.api.schemas import MessageIn, ThreadIn
 from ator.engine.runtime import Ator
 from ator.errors import ValidationFailed
+from ator.store import cursors
 from ator.store.records import Principal
 
 router = APIRouter(prefix="/v1")
-
-
-def _cursor(t: Any) -> str:
-    raw = f"{t.created_at.isoformat()}|{t.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def _parse_cursor(cursor: str) -> tuple[datetime, UUID]:
-    try:
-        at, ident = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
-        return datetime.fromisoformat(at), UUID(ident)
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise ValidationFailed("the cursor is not valid", code="invalid_cursor") from exc
 
 
 @router.post("/threads", status_code=201)
@@ -67,11 +52,10 @@ async def list_threads(
     p: Principal = Depends(require("viewer")),
     ator: Ator = Depends(get_ator),
 ) -> dict[str, Any]:
-    before = _parse_cursor(cursor) if cursor else None
+    before = cursors.decode(cursor) if cursor else None
     found = await ator.threads(p.scope, limit=limit + 1, before=before, setup_id=setup_id,
                                parent_id=parent_id, roots_only=roots_only)
-    page = found[:limit]
-    next_cursor = _cursor(page[-1]) if len(found) > limit else None
+    page, next_cursor = cursors.page_of(found, limit)
     busy = await ator.busy_many([t.id for t in page])  # then kept current by the org room
     return {"data": [views.thread(t, busy=b) for t, b in zip(page, busy, strict=True)],
             "next_cursor": next_cursor}

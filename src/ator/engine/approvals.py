@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from ator.agent.extension import Waker
+from ator.engine.recent import Recent
 from ator.engine.tool_calls import ToolCalls
 from ator.errors import ConfigError, Conflict, NotFound, ValidationFailed
 from ator.jobs import JobContext, JobKind, Retry
@@ -211,8 +212,11 @@ class Approvals:
     """Pending actions and their decisions (one per engine)."""
 
     def __init__(self, db: Database, waker: Waker, *, timeout: float,
-                 job_attempts: int = 5, run_grace: float = 600.0) -> None:
+                 job_attempts: int = 5, run_grace: float = 600.0,
+                 settings_ttl: float = 5.0) -> None:
         self.db = db
+        # `gates_mcp_writes` per org, read once per `settings_ttl` seconds (see there).
+        self._gates = Recent(settings_ttl)
         # How long after an approval its run may still be going (a tool's own timeout is
         # shorter): past it, an undelivered result is answered as lost (`_unfinished`).
         self.run_grace = run_grace
@@ -251,10 +255,28 @@ class Approvals:
         """The org's approval settings."""
         return {"approve_mcp_writes": await store.mcp_writes(self.db, scope)}
 
+    async def gates_mcp_writes(self, scope: Scope) -> bool:
+        """Whether the org holds its MCP tools not marked read-only for approval, as a call
+        outside a turn (the MCP gateway) reads it on every call: kept per org for
+        `settings_ttl` seconds (the MCP catalog's rule, `ATOR_MCP_CATALOG_TTL`), so a call
+        is not one more database round trip (it was a third of the gateway's CPU per
+        `tools/call`). A change made through this replica counts at once; one made
+        through another replica within `settings_ttl` seconds. A turn reads the setting
+        fresh in its own start statement."""
+        found: bool | None = self._gates.get(scope.org_id)
+        if found is None:
+            found = await store.mcp_writes(self.db, scope)
+            self._gates.put(scope.org_id, found)
+        return found
+
     async def set_settings(self, scope: Scope, *, approve_mcp_writes: bool) -> dict[str, Any]:
         """Require (or not) approval of every MCP tool not marked read-only in the org."""
-        if not await store.set_mcp_writes(self.db, scope, approve_mcp_writes):
-            raise NotFound("org not found")
+        self._gates.drop(scope.org_id)
+        try:
+            if not await store.set_mcp_writes(self.db, scope, approve_mcp_writes):
+                raise NotFound("org not found")
+        finally:
+            self._gates.drop(scope.org_id)  # a read meanwhile may have kept the old value
         return {"approve_mcp_writes": approve_mcp_writes}
 
     # Holding outside a turn -------------------------------------------------------------

@@ -104,7 +104,8 @@ class ApprovalsExtension(Extension):
 
     def __init__(self, kernel: Kernel) -> None:
         self.service = Approvals(kernel.db, kernel.waker,
-                                 timeout=kernel.settings.approval_timeout)
+                                 timeout=kernel.settings.approval_timeout,
+                                 settings_ttl=kernel.settings.mcp_catalog_ttl)
         self._calls: ToolCalls | None = None
         self.service.register(ToolDecisions(kernel.db, self._tool_calls))
 

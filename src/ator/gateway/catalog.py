@@ -108,8 +108,8 @@ class Catalog:
     async def _hold(self, principal: Principal, name: str, args: dict[str, Any],
                     conversation: UUID | None) -> types.CallToolResult | None:
         """The answer to a call held for a person's approval, or None: run it."""
-        if self._approvals is None or not (
-                await self._approvals.settings(principal.scope))["approve_mcp_writes"]:
+        if self._approvals is None or not await self._approvals.gates_mcp_writes(
+                principal.scope):
             return None
         listing = await self._calls.tools(principal.scope, _caller(principal),
                                           conversation=conversation)

@@ -21,13 +21,10 @@ store.knowledge, errors).
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Literal
 from uuid import UUID
 
@@ -35,6 +32,7 @@ from ator.errors import Conflict, NotFound, ValidationFailed
 from ator.knowledge.chunking import chunk, indexed_text, sha256
 from ator.knowledge.embedding import Embedder, vector_text
 from ator.knowledge.ranking import Bm25Index, fuse
+from ator.store import cursors
 from ator.store import knowledge as store
 from ator.store.database import Database
 from ator.store.scope import Scope
@@ -91,18 +89,6 @@ async def vector_support(db: Database) -> store.VectorState:
 class Page:
     rows: list[store.Document] = field(default_factory=list)
     next_cursor: str | None = None
-
-
-def _cursor(at: datetime, ident: UUID) -> str:
-    return base64.urlsafe_b64encode(f"{at.isoformat()}|{ident}".encode()).decode()
-
-
-def _parse_cursor(cursor: str) -> tuple[datetime, UUID]:
-    try:
-        at, ident = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
-        return datetime.fromisoformat(at), UUID(ident)
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise ValidationFailed("the cursor is not valid", code="invalid_cursor") from exc
 
 
 class Knowledge:
@@ -209,11 +195,9 @@ class Knowledge:
 
     async def documents(self, scope: Scope, *, limit: int = 50,
                         cursor: str | None = None) -> Page:
-        after = _parse_cursor(cursor) if cursor else None
+        after = cursors.decode(cursor) if cursor else None
         rows = await store.list_documents(self.db, scope, after=after, limit=limit + 1)
-        page = rows[:limit]
-        more = len(rows) > limit
-        return Page(page, _cursor(page[-1].created_at, page[-1].id) if more else None)
+        return Page(*cursors.page_of(rows, limit))
 
     async def delete(self, scope: Scope, document_id: UUID) -> None:
         if not await store.delete_document(self.db, scope, document_id):
@@ -287,9 +271,7 @@ class Knowledge:
     async def queries(self, scope: Scope, *, answered: bool | None = None, limit: int = 50,
                       cursor: str | None = None) -> tuple[list[store.Query], str | None]:
         """The query log, newest first (answered=False: the unanswered queries)."""
-        before = _parse_cursor(cursor) if cursor else None
+        before = cursors.decode(cursor) if cursor else None
         rows = await store.list_queries(self.db, scope, answered=answered, before=before,
                                         limit=limit + 1)
-        page = rows[:limit]
-        more = len(rows) > limit
-        return page, _cursor(page[-1].created_at, page[-1].id) if more else None
+        return cursors.page_of(rows, limit)

@@ -18,8 +18,6 @@ who decided, when, the arguments before and after, the reason and the result.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +27,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from ator import jsonenc
-from ator.errors import ValidationFailed
+from ator.store import cursors
 from ator.store.database import Database
 from ator.store.jobs import CHANNEL
 from ator.store.parts import PartSql
@@ -164,21 +162,19 @@ async def list_pending(db: Database, scope: Scope, *, limit: int = 50,
                        cursor: str | None = None, kind: str | None = None) -> PendingPage:
     """The org's pending actions, oldest first (the longest waiting on top), a page at a
     time. Raises ValidationFailed (`invalid_cursor`) for a cursor this did not make."""
-    limit = max(1, min(limit, MAX_PAGE))
+    limit = cursors.limit_of(limit, MAX_PAGE)
     after = "" if cursor is None else "AND (created_at, id) > (:c_at, :c_id)"
     params: dict[str, Any] = {"org_id": scope.org_id, "limit": limit + 1}
     if kind is not None:
         after += " AND kind = :kind"
         params["kind"] = kind
     if cursor is not None:
-        params["c_at"], params["c_id"] = _decode(cursor)
+        params["c_at"], params["c_id"] = cursors.decode(cursor)
     stmt = sa.text(f"""SELECT * FROM pending_actions
                         WHERE org_id = :org_id AND status = 'pending' {after}
                         ORDER BY created_at, id LIMIT :limit""")
     rows = await db.fetch(stmt, params, write=False)
-    page = [action_of(r) for r in rows[:limit]]
-    more = len(rows) > limit
-    return PendingPage(page, _encode(page[-1]) if more and page else None)
+    return PendingPage(*cursors.page_of([action_of(r) for r in rows], limit))
 
 
 # The decision: only a pending action changes (the claim), and only an expired one expires.
@@ -260,25 +256,6 @@ def action_of(r: Any) -> Action:
         r["tool_use_id"], r["name"], r["arguments"], r["subject"], r["decided_arguments"],
         r["reason"], r["decided_by"], r["decided_at"], r["expires_at"], r["result"],
         r["executed_at"], r["created_at"])
-
-
-def _encode(a: Action) -> str:
-    raw = f"{a.created_at.isoformat()}|{a.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode(cursor: str) -> tuple[datetime, UUID]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        when, _, row_id = raw.partition("|")
-        created_at = datetime.fromisoformat(when)
-        if created_at.tzinfo is None:
-            raise ValueError("naive time")
-        return created_at, UUID(row_id)
-    except (ValueError, UnicodeDecodeError, binascii.Error):
-        raise ValidationFailed("cursor: not a cursor of this list",
-                               code="invalid_cursor") from None
-
 
 
 _SET_ORG = sa.text("""

@@ -10,8 +10,6 @@ never read.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +18,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from ator.errors import ValidationFailed
+from ator.store import cursors
 from ator.store.database import Database
 from ator.store.schema.tool_audit import tool_audit
 from ator.store.scope import Scope
@@ -91,37 +89,18 @@ async def list_calls(
 ) -> AuditPage:
     """The org's audit rows, newest first; pass `next_cursor` back for the next page.
     Raises ValidationFailed (422 `invalid_cursor`) for a cursor this function did not make."""
-    limit = max(1, min(limit, MAX_PAGE))
+    limit = cursors.limit_of(limit, MAX_PAGE)
     stmt = sa.select(tool_audit).where(tool_audit.c.org_id == scope.org_id)
     if cursor is not None:
-        created_at, row_id = _decode(cursor)
+        created_at, row_id = cursors.decode(cursor)
         stmt = stmt.where(sa.tuple_(tool_audit.c.created_at, tool_audit.c.id)
                           < sa.tuple_(sa.literal(created_at), sa.literal(row_id)))
     rows = await db.read(stmt.order_by(tool_audit.c.created_at.desc(),
                                        tool_audit.c.id.desc()).limit(limit + 1))
-    page = [_row(r) for r in rows[:limit]]
-    more = len(rows) > limit
-    return AuditPage(page, _encode(page[-1]) if more and page else None)
+    return AuditPage(*cursors.page_of([_row(r) for r in rows], limit))
 
 
 def _row(r: Any) -> ToolAudit:
     return ToolAudit(r.id, r.org_id, r.principal_kind, r.principal_id, r.tool, r.args_sha256,
                      r.duration_ms, r.result_chars, r.outcome, r.error_code, r.created_at)
 
-
-def _encode(row: ToolAudit) -> str:
-    raw = f"{row.created_at.isoformat()}|{row.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode(cursor: str) -> tuple[datetime, UUID]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        when, _, row_id = raw.partition("|")
-        created_at = datetime.fromisoformat(when)
-        if created_at.tzinfo is None:
-            raise ValueError("naive time")
-        return created_at, UUID(row_id)
-    except (ValueError, UnicodeDecodeError, binascii.Error):
-        raise ValidationFailed("cursor: not a cursor of this list",
-                               code="invalid_cursor") from None
