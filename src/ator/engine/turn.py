@@ -150,13 +150,13 @@ class TurnRunner:
             if not started:
                 return False
             extras = self._extras(start)
-            # The turn continues the trace of the request that posted its first item (on
-            # whichever replica); it started when the drain did.
+            # The turn continues the trace an extension names (the request that posted its
+            # first item, on whichever replica); it started when the drain did.
             span = spans.enter_context(tracing.span("ator.turn", {
                 "ator.org_id": str(scope.org_id), "ator.thread_id": str(thread_id),
                 "ator.turn_id": str(turn_id), "ator.setup_id": str(start.setup_id),
                 "gen_ai.provider.name": start.provider, "gen_ai.request.model": start.model,
-            }, parent=_span_parent(extras) or start.traceparent, start_time=began))
+            }, parent=_span_parent(extras), start_time=began))
             await self.publisher.events(scope, thread_id, started)
             frozen: FrozenConfig | AtorError
             try:
@@ -222,7 +222,7 @@ class TurnRunner:
             persona_version=start.setup_version,
             instructions_version=start.instructions_version, policy=start.policy,
             policy_version=start.policy_version, policy_replace=start.policy_replace,
-            voice=start.voice, extras=extras,
+            extras=extras,
         )
 
     async def _drive(

@@ -71,7 +71,7 @@ WITH _ctx AS (
   SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
          {{columns}}t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
          s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,
-         t.instructions_version, o.policy, o.policy_version, o.policy_replace, t.voice,
+         t.instructions_version, o.policy, o.policy_version, o.policy_replace,
          (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
                                                        'data', e.data) ORDER BY e.seq), '[]')
             FROM events e
@@ -139,9 +139,7 @@ SELECT _ctx.*,
        (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data', data,
                                                      'created_at', created_at) ORDER BY seq),
                         '[]')
-          FROM _ev) AS events,
-       (SELECT traceparent FROM _drained WHERE traceparent IS NOT NULL
-         ORDER BY created_at, id LIMIT 1) AS traceparent{{items}}
+          FROM _ev) AS events{{items}}
   FROM _ctx
 """
 
@@ -195,9 +193,6 @@ class TurnStart:
     policy_replace: bool = False
     # Extensions' columns (`start_statement`), by name, as read.
     extra: dict[str, Any] = field(default_factory=dict)
-    # The trace of the (first) request that posted what this turn drained.
-    traceparent: str | None = None
-    voice: bool = False  # the thread's voice mode
 
 
 async def start_turn(
@@ -223,7 +218,6 @@ async def start_turn(
         r["deleted_at"] is not None, r["monthly_budget_usd"],
         r["history"], r["instructions_version"], r["policy"], r["policy_version"],
         r["policy_replace"], {name: r[f"x_{name}"] for name, _sql in (*columns, *item_columns)},
-        r["traceparent"], r["voice"],
     )
     events = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
