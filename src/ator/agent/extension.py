@@ -14,7 +14,8 @@ turn and waits for it) and contributes any of:
 - `fields()`       per-turn state of its own (`TurnField`): a value read in the turn's
                    start statement, built into an object the turn's context carries
                    (`TurnContext.get(Kind)`); an object that also has `tool_bounds()`
-                   narrows the turn's tools
+                   narrows the turn's tools, `prompt_layer()` adds a prompt layer,
+                   `span_parent()` names the trace the turn's span continues
 - `caps()`         caps of its own (`CapGroup`): settable in a setup's `config.caps`,
                    refused when unknown or above their operator ceiling
 - `services()`     objects reachable by type: `ToolContext.service(Kind)` in a tool,
@@ -35,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
 from ator.agent.caps import CapGroup
@@ -54,8 +55,8 @@ from ator.tools.toolset import Toolset
 
 T = TypeVar("T")
 
-__all__ = ["Asker", "Extension", "Kernel", "Services", "ToolBounds", "TurnEnd", "TurnField",
-           "TurnReply", "Waker"]
+__all__ = ["Asker", "Extension", "Kernel", "Services", "SpanParent", "ToolBounds", "TurnEnd",
+           "TurnField", "TurnReply", "Waker"]
 
 
 class Services(Protocol):
@@ -132,13 +133,16 @@ class TurnEnd(Protocol):
 @dataclass(frozen=True, slots=True)
 class TurnField:
     """Per-turn state of an extension's own. `sql` is a select expression of the turn's
-    start statement (over `t` the thread, `s` its setup, `o` its org; it runs in that one
-    statement, so it adds no round trip); `build` makes the object the turn carries from
-    its value (None: nothing). `name` must be unique among the engine's fields."""
+    start statement (it runs in that one statement, so it adds no round trip): over `t` the
+    thread, `s` its setup, `o` its org, or with `over="items"` an aggregate over `d`, the
+    mailbox items the turn takes (`store.turns.start_statement` names their columns);
+    `build` makes the object the turn carries from its value (None: nothing). `name` must
+    be unique among the engine's fields."""
 
     name: str
     sql: str
     build: Callable[[Any], object | None]
+    over: Literal["thread", "items"] = "thread"
 
 
 @runtime_checkable
@@ -148,6 +152,14 @@ class ToolBounds(Protocol):
     setup's own. A bound narrows, never widens."""
 
     def tool_bounds(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+@runtime_checkable
+class SpanParent(Protocol):
+    """Per-turn state naming the trace (a W3C `traceparent` from another process) that the
+    turn's span continues."""
+
+    def span_parent(self) -> str: ...
 
 
 class Extension:

@@ -48,7 +48,6 @@ class TurnContext:
     policy: str = ""
     policy_version: int = 0
     policy_replace: bool = False
-    voice: bool = False  # the thread's voice mode: the voice layer closes the prompt
     # Extensions' per-turn state, by its type (agent/extension.py `TurnField`, `CapGroup`).
     extras: Mapping[type[Any], Any] = field(default_factory=dict, hash=False, compare=False)
 

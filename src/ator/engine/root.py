@@ -41,6 +41,7 @@ from ator.engine.publish import Publisher
 from ator.engine.reaper import Reaper
 from ator.engine.tenancy import Tenancy
 from ator.engine.tool_calls import ToolCalls
+from ator.engine.trace_extension import TracingExtension
 from ator.engine.turn import TurnRunner
 from ator.errors import ConfigError
 from ator.jobs import JobKinds, JobQueue, JobRunner, ModelWork, Schedules
@@ -70,7 +71,7 @@ DEFAULT_EXTENSIONS: tuple[ExtensionFactory, ...] = (DailyCapsExtension, Knowledg
                                                    WebhooksExtension, WorkflowsExtension,
                                                    ApprovalsExtension, AnalysesExtension,
                                                    RetentionExtension, VoiceExtension,
-                                                   SsoExtension)
+                                                   SsoExtension, TracingExtension)
 
 
 class Services:

@@ -30,7 +30,7 @@ from uuid import UUID
 
 from ator.agent.caps import CapCeilings, CapGroup, Caps
 from ator.agent.compaction import CompactionHook, Stash
-from ator.agent.extension import ToolBounds, TurnEnd, TurnField
+from ator.agent.extension import SpanParent, ToolBounds, TurnEnd, TurnField
 from ator.agent.history import build_messages
 from ator.agent.hooks import LoopHook
 from ator.agent.loop import Outcome, run_loop
@@ -126,7 +126,8 @@ class TurnRunner:
         self.ends = list(ends)
         # Extensions' per-turn state: read in the start statement, built per turn.
         self.fields = tuple(fields)
-        self._columns = tuple((f.name, f.sql) for f in self.fields)
+        self._columns = tuple((f.name, f.sql) for f in self.fields if f.over == "thread")
+        self._item_columns = tuple((f.name, f.sql) for f in self.fields if f.over == "items")
         self.cap_groups = tuple(cap_groups)
 
     async def run(
@@ -145,18 +146,18 @@ class TurnRunner:
             handle = TurnHandle(turn_id, task)
             on_start(handle)  # from here a stop is kept, and applied once the turn exists
             start, started = await turn_store.start_turn(
-                self.db, scope, thread_id, turn_id, owner=self.owner, columns=self._columns
-            )
+                self.db, scope, thread_id, turn_id, owner=self.owner, columns=self._columns,
+                item_columns=self._item_columns)
             if not started:
                 return False
-            # The turn continues the trace of the request that posted its first item (on
-            # whichever replica); it started when the drain did.
+            extras = self._extras(start)
+            # The turn continues the trace an extension names (the request that posted its
+            # first item, on whichever replica); it started when the drain did.
             span = spans.enter_context(tracing.span("ator.turn", {
                 "ator.org_id": str(scope.org_id), "ator.thread_id": str(thread_id),
                 "ator.turn_id": str(turn_id), "ator.setup_id": str(start.setup_id),
                 "gen_ai.provider.name": start.provider, "gen_ai.request.model": start.model,
-            }, parent=start.traceparent, start_time=began))
-            extras = self._extras(start)
+            }, parent=_span_parent(extras), start_time=began))
             frozen: FrozenConfig | AtorError
             try:
                 frozen = freeze(start, engine_version=self.engine_version,
@@ -225,7 +226,7 @@ class TurnRunner:
             persona_version=start.setup_version,
             instructions_version=start.instructions_version, policy=start.policy,
             policy_version=start.policy_version, policy_replace=start.policy_replace,
-            voice=start.voice, extras=extras,
+            extras=extras,
         )
 
     async def _drive(
@@ -319,6 +320,13 @@ class TurnRunner:
             return await results.stash(ctx, text)
 
         return stash
+
+
+def _span_parent(extras: dict[type[Any], Any]) -> str | None:
+    for x in extras.values():
+        if isinstance(x, SpanParent):
+            return x.span_parent()
+    return None
 
 
 def _stopped(reason: str) -> tuple[str, str | None]:

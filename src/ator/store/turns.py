@@ -71,7 +71,7 @@ WITH _ctx AS (
   SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
          {{columns}}t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
          s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,
-         t.instructions_version, o.policy, o.policy_version, o.policy_replace, t.voice,
+         t.instructions_version, o.policy, o.policy_version, o.policy_replace,
          (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', e.seq, 'kind', e.kind,
                                                        'data', e.data) ORDER BY e.seq), '[]')
             FROM events e
@@ -139,23 +139,29 @@ SELECT _ctx.*,
        (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data', data,
                                                      'created_at', created_at) ORDER BY seq),
                         '[]')
-          FROM _ev) AS events,
-       (SELECT traceparent FROM _drained WHERE traceparent IS NOT NULL
-         ORDER BY created_at, id LIMIT 1) AS traceparent
+          FROM _ev) AS events{{items}}
   FROM _ctx
 """
-_START_STATEMENTS: dict[tuple[tuple[str, str], ...], sa.TextClause] = {}
+
+Columns = Sequence[tuple[str, str]]
+_START_STATEMENTS: dict[tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]],
+                        sa.TextClause] = {}
 
 
-def start_statement(columns: Sequence[tuple[str, str]] = ()) -> sa.TextClause:
-    """The start statement with extensions' columns (name, select expression over `t` the
-    thread, `s` its setup, `o` its org) read into `_ctx` as `x_<name>`. Built once per set
-    of columns (the engine's are fixed when it is assembled)."""
-    key = tuple(columns)
+def start_statement(columns: Columns = (), item_columns: Columns = ()) -> sa.TextClause:
+    """The start statement with extensions' columns read as `x_<name>`: `columns` (name,
+    select expression over `t` the thread, `s` its setup, `o` its org), and `item_columns`
+    (name, aggregate expression over `d`, the mailbox items the turn takes: id,
+    client_message_id, kind, content, sender, created_at, traceparent, in the order
+    `created_at, id`). Built once per shape (the engine's columns are fixed when it is
+    assembled)."""
+    key = (tuple(columns), tuple(item_columns))
     found = _START_STATEMENTS.get(key)
     if found is None:
-        extra = "".join(f"({sql}) AS x_{name},\n         " for name, sql in key)
-        found = sa.text(_START_TURN.replace("{columns}", extra))
+        extra = "".join(f"({sql}) AS x_{name},\n         " for name, sql in key[0])
+        items = "".join(f",\n       (SELECT {sql} FROM _drained d) AS x_{name}"
+                        for name, sql in key[1])
+        found = sa.text(_START_TURN.replace("{columns}", extra).replace("{items}", items))
         _START_STATEMENTS[key] = found
     return found
 
@@ -187,14 +193,11 @@ class TurnStart:
     policy_replace: bool = False
     # Extensions' columns (`start_statement`), by name, as read.
     extra: dict[str, Any] = field(default_factory=dict)
-    # The trace of the (first) request that posted what this turn drained.
-    traceparent: str | None = None
-    voice: bool = False  # the thread's voice mode
 
 
 async def start_turn(
     db: Database, scope: Scope, thread_id: UUID, turn_id: UUID, *, owner: str,
-    columns: Sequence[tuple[str, str]] = (),
+    columns: Columns = (), item_columns: Columns = (),
 ) -> tuple[TurnStart, list[Event]]:
     """Read the turn's context and drain every pending mailbox item into a new turn, in one
     statement. Returns the context and the events appended (`turn_started` first, after a
@@ -204,7 +207,7 @@ async def start_turn(
     Raises NotFound when the thread is not this org's."""
     params = {"turn_id": turn_id, "thread_id": thread_id, "org_id": scope.org_id,
               "owner": owner}
-    rows = await db.fetch(start_statement(columns), params, write=True)
+    rows = await db.fetch(start_statement(columns, item_columns), params, write=True)
     if not rows:
         raise NotFound("thread not found")
     r = rows[0]
@@ -214,8 +217,7 @@ async def start_turn(
         r["instructions"], r["root_id"], r["depth"],
         r["deleted_at"] is not None, r["monthly_budget_usd"],
         r["history"], r["instructions_version"], r["policy"], r["policy_version"],
-        r["policy_replace"], {name: r[f"x_{name}"] for name, _sql in columns},
-        r["traceparent"], r["voice"],
+        r["policy_replace"], {name: r[f"x_{name}"] for name, _sql in (*columns, *item_columns)},
     )
     events = [
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)

@@ -1,13 +1,15 @@
 """Voice as an extension of the engine (layer: voice; imports agent.extension, net,
-voice.*): the `Voice` service and its speech engine, closed with the engine."""
+voice.*): the `Voice` service and its speech engine, closed with the engine, and the
+thread's voice mode as a turn's own state (`VoiceMode`: the voice prompt layer)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from ator.agent.extension import Extension, Kernel
+from ator.agent.extension import Extension, Kernel, TurnField
 from ator.net import Egress
 from ator.voice.engines import engine_for
+from ator.voice.mode import VoiceMode
 from ator.voice.service import Voice
 
 __all__ = ["VoiceExtension"]
@@ -19,6 +21,9 @@ class VoiceExtension(Extension):
     def __init__(self, kernel: Kernel) -> None:
         self.engine = engine_for(kernel.settings, Egress.from_settings(kernel.settings))
         self.voice = Voice(kernel.db, kernel.settings, self.engine)
+
+    def fields(self) -> Sequence[TurnField]:
+        return [VoiceMode.field()]
 
     def services(self) -> Mapping[type, object]:
         return {Voice: self.voice}

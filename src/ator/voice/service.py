@@ -2,7 +2,7 @@
 ator.errors, ator.settings, ator.store, ator.voice.engines).
 
 Reached as `ator.service(Voice)`. Voice mode puts the voice layer in every turn's prompt
-(agent/system_prompt.py; recorded by the inspector like any layer). `speak` returns the
+(voice/mode.py; recorded by the inspector like any layer). `speak` returns the
 media type and the audio of a reply as it is made: the turn's text (the latest reply by
 default), cut to `speech_max_chars`.
 """
