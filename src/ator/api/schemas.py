@@ -14,15 +14,15 @@ from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from ator.agent.routes import Body
 from ator.errors import ValidationFailed
 from ator.security.limits import (
     CLIENT_MESSAGE_ID,
     MESSAGE_CHARS,
     SETUP_CONFIG,
     check_json,
-    check_storable,
 )
 from ator.security.roles import Role
 
@@ -70,17 +70,7 @@ _TOOL_POLICY = ('{"allow": [tool names] | null, "deny": [tool names]}; allow nul
 _METADATA = "Free-form JSON of the caller's: at most 64 KiB, 16 levels deep, 2000 values."
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _storable(cls, data: Any) -> Any:
-        # NUL in any field is refused here, for every body, with `unstorable_value` (a
-        # ValidationFailed passes through pydantic to the problem handler): never the
-        # database's own "invalid byte sequence".
-        check_storable(data)
-        return data
+_Body = Body  # the base of every body, shared with the extensions' routers (agent.routes)
 
 
 def _usd() -> Any:
