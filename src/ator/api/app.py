@@ -32,7 +32,6 @@ from ator.api import (
     mcp_servers,
     ops,
     orgs,
-    retention,
     schedules,
     secrets,
     sessions,
@@ -41,7 +40,6 @@ from ator.api import (
     sso,
     threads,
     tree_caps,
-    voice,
     webhooks,
     workflows,
 )
@@ -129,7 +127,7 @@ def create_app(
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
                    mcp_servers, instructions, calls, catalog, webhooks, workflows, schedules,
-                   approvals, analyses, documents, retention, voice, sso):
+                   approvals, analyses, documents, sso):
         app.include_router(module.router)
 
     def mount_extensions(rt: Ator) -> None:

@@ -40,13 +40,11 @@ __all__ = [
     "MessageIn",
     "OrgIn",
     "OrgPatch",
-    "RetentionIn",
     "SecretIn",
     "SetupIn",
     "SetupPatch",
     "SsoIn",
     "ThreadIn",
-    "VoiceIn",
     "WebhookEndpointIn",
     "WebhookEndpointPatch",
     "WebhookInboundIn",
@@ -90,16 +88,6 @@ class OrgPatch(_Body):
     budget_ceiling_usd: Decimal | None = _usd()
 
 
-class RetentionIn(_Body):
-    """An org's retention, in days per class (null: back to the operator's default; absent:
-    unchanged). The operator's bounds are checked by the runtime (`retention_out_of_bounds`)."""
-
-    trash_days: int | None = None
-    mailbox_days: int | None = None
-    events_days: int | None = Field(default=None, description="0: kept")
-    runs_days: int | None = None
-
-
 class SsoIn(_Body):
     """An org's OpenID Connect client for console sign-in."""
 
@@ -116,12 +104,6 @@ class SsoIn(_Body):
     role_map: dict[str, Role] = Field(default_factory=dict, max_length=100,
                                       description="claim value -> admin | member | viewer")
     default_role: Role = "member"
-
-
-class VoiceIn(_Body):
-    """A thread's voice mode: on adds the voice layer (short, spoken style) to its turns."""
-
-    enabled: bool
 
 
 class TreeCapsIn(_Body):

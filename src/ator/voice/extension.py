@@ -1,9 +1,10 @@
 """Voice as an extension of the engine (layer: voice; imports agent.extension, net,
-voice.*): the `Voice` service and its speech engine, closed with the engine."""
+voice.*): the `Voice` service and its speech engine, closed with the engine, and its routes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ator.agent.extension import Extension, Kernel
 from ator.net import Egress
@@ -22,6 +23,11 @@ class VoiceExtension(Extension):
 
     def services(self) -> Mapping[type, object]:
         return {Voice: self.voice}
+
+    def routes(self) -> Sequence[Any]:
+        from ator.voice.routes import router  # fastapi: only where an HTTP API mounts it
+
+        return (router,)
 
     async def aclose(self) -> None:
         await self.engine.aclose()
