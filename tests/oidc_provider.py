@@ -3,7 +3,8 @@ the endpoints, joserfc for the signed ID tokens (RS256) and the JWKS, served by 
 real port (ator reaches it over HTTP through its egress guard).
 
 It implements what the code flow needs, strictly: discovery, `/authorize` (signs in
-`provider.person` without a form; response_type=code; PKCE S256 required), `/token`
+`provider.person` without a form, or else shows a login form for `provider.people`, which a
+browser fills in; response_type=code; PKCE S256 required), `/token`
 (client_secret_basic; authorization_code once per code, the redirect URI and the PKCE
 verifier checked; refresh_token refused for a disabled person), `/jwks`. `issued_iss`
 overrides the `iss` it puts in ID tokens (a misbehaving or impersonating provider).
@@ -20,6 +21,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
@@ -28,7 +30,7 @@ from joserfc import jwt
 from joserfc.jwk import KeySet, RSAKey
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 
@@ -38,6 +40,7 @@ class Person:
     email: str
     groups: list[str] = field(default_factory=list)
     disabled: bool = False
+    password: str = ""  # what the login form asks for (`Provider.people`)
 
 
 @dataclass
@@ -45,7 +48,8 @@ class Provider:
     client_id: str = "ator-console"
     client_secret: str = "s3cret"
     issuer: str = ""
-    person: Person | None = None
+    person: Person | None = None  # signed in without a form
+    people: list[Person] = field(default_factory=list)  # who may sign in through the form
     issued_iss: str | None = None
     key: RSAKey = field(default_factory=lambda: RSAKey.generate_key(2048,
                                                                     parameters={"kid": "k1"}))
@@ -56,7 +60,7 @@ class Provider:
     def app(self) -> Starlette:
         return Starlette(routes=[
             Route("/.well-known/openid-configuration", self.discovery),
-            Route("/authorize", self.authorize),
+            Route("/authorize", self.authorize, methods=["GET", "POST"]),
             Route("/token", self.token, methods=["POST"]),
             Route("/jwks", self.jwks),
         ])
@@ -74,14 +78,23 @@ class Provider:
         return JSONResponse(KeySet([self.key]).as_dict(private=False))
 
     async def authorize(self, request: Request) -> Response:
-        q = request.query_params
+        q = dict(request.query_params if request.method == "GET" else await request.form())
         if q.get("client_id") != self.client_id or q.get("response_type") != "code":
             return JSONResponse({"error": "unauthorized_client"}, status_code=400)
         if q.get("code_challenge_method") != "S256" or not q.get("code_challenge"):
             return JSONResponse({"error": "invalid_request",
                                  "error_description": "PKCE S256 is required"}, status_code=400)
         person = self.person
-        redirect = q["redirect_uri"]
+        if person is None and self.people:
+            if request.method == "GET":
+                return self._form(q, "")
+            found = [p for p in self.people if p.email == q.get("email")
+                     and p.password and secrets.compare_digest(p.password,
+                                                               str(q.get("password")))]
+            if not found:
+                return self._form(q, "Wrong email or password.")
+            person = found[0]
+        redirect = str(q["redirect_uri"])
         if person is None or person.disabled:
             denied = urlencode({"error": "access_denied", "state": q.get("state", "")})
             return RedirectResponse(f"{redirect}?{denied}", status_code=302)
@@ -90,6 +103,19 @@ class Provider:
                             "nonce": q.get("nonce"), "person": person, "used": False}
         return RedirectResponse(f"{redirect}?{urlencode({'code': code, 'state': q['state']})}",
                                 status_code=302)
+
+    def _form(self, q: dict[str, Any], error: str) -> Response:
+        """The provider's login page: the authorize request rides along in hidden fields."""
+        hidden = "".join(f'<input type="hidden" name="{escape(k)}" value="{escape(str(v))}">'
+                         for k, v in q.items() if k not in ("email", "password"))
+        alert = f'<p role="alert">{escape(error)}</p>' if error else ""
+        return HTMLResponse(
+            "<!doctype html><title>Test IdP: sign in</title><h1>Test IdP</h1>"
+            f'<form method="post" action="/authorize">{hidden}{alert}'
+            '<label>Email <input name="email" type="email" required></label>'
+            '<label>Password <input name="password" type="password" required></label>'
+            '<button type="submit">Sign in</button></form>',
+            status_code=401 if error else 200)
 
     def _client_ok(self, request: Request) -> bool:
         auth = request.headers.get("authorization", "")

@@ -24,6 +24,8 @@ from ator.providers.base import ModelRequest
 from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store import turns as turn_store
 from ator.store.parts import PartSql
+from ator.store.records import Principal
+from tests.conftest import operator_client
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,3 +153,55 @@ async def test_without_the_extension_its_cap_is_unknown(make_ator) -> None:
         with pytest.raises(ValidationFailed, match="unknown cap 'max_stamps'"):
             await ator.create_setup(Scope(org.id), name="x", provider="s", model="scripted",
                                     config={"caps": {"max_stamps": 1}})
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.hits = 0
+
+
+class CounterExtension(Extension):
+    """A feature with a route of its own: nothing in the API names it."""
+
+    name = "counter"
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.counter = Counter()
+
+    def services(self) -> Mapping[type, object]:
+        return {Counter: self.counter}
+
+    def routes(self) -> Sequence[Any]:
+        from fastapi import APIRouter, Depends
+
+        from ator.agent.routes import require, service
+
+        router = APIRouter(prefix="/v1")
+
+        @router.post("/counter")
+        async def hit(p: Principal = Depends(require("member")),
+                      counter: Counter = Depends(service(Counter))) -> dict[str, Any]:
+            counter.hits += 1
+            return {"org_id": str(p.org_id), "hits": counter.hits}
+
+        return [router]
+
+
+async def test_an_extensions_routes_are_mounted_with_the_apis_authentication(
+        make_ator) -> None:
+    async with operator_client(make_ator, extensions=(*DEFAULT_EXTENSIONS, CounterExtension)
+                               ) as (client, key, ator):
+        auth = {"Authorization": f"Bearer {key}"}
+        viewer = (await client.post("/v1/api-keys", headers=auth, json={
+            "name": "v", "role": "viewer", "email": "v@counter.test"})).json()["key"]
+        hit = await client.post("/v1/counter", headers=auth)
+        assert hit.status_code == 200, hit.text
+        assert hit.json()["hits"] == 1 and ator.service(Counter).hits == 1
+        refused = await client.post("/v1/counter", headers={"Authorization": f"Bearer {viewer}"})
+        assert (refused.status_code, refused.json()["code"]) == (403, "forbidden")
+        assert (await client.post("/v1/counter")).status_code == 401
+        assert ator.service(Counter).hits == 1
+    # Without the extension the route does not exist.
+    async with operator_client(make_ator) as (client, key, _ator):
+        missing = await client.post("/v1/counter", headers={"Authorization": f"Bearer {key}"})
+        assert missing.status_code == 404

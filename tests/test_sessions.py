@@ -66,6 +66,7 @@ async def test_login_sets_an_httponly_strict_cookie_and_returns_no_secret_but_cs
         assert body["role"] == "admin" and len(body["csrf_token"]) == 64
         me = (await client.get("/v1/sessions/current")).json()
         assert me["csrf_token"] == body["csrf_token"] and me["org_id"] == body["org_id"]
+        assert me["sso"] is False  # a key's session: nothing to refresh
     async with _client(application, "https://ator") as client:
         r = await client.post("/v1/sessions", json={"key": key})
         assert "secure" in r.headers["set-cookie"].lower()

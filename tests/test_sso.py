@@ -100,6 +100,7 @@ async def test_a_person_signs_in_with_the_mapped_role_and_is_refused_once_disabl
     body = who.json()
     assert (body["org_id"], body["role"]) == (w.org_id, "admin")  # the highest mapped role
     assert body["csrf_token"] == csrf_token(token)
+    assert body["sso"] is True  # the console refreshes this session
     # The PKCE verifier went with the code.
     exchange = [r for r in w.idp.token_requests if r["grant_type"] == "authorization_code"]
     assert exchange[-1]["code_verifier"]

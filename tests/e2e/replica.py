@@ -24,7 +24,7 @@ import httpx
 __all__ = ["Replica", "StartupFailed", "bootstrap_key", "master_key"]
 
 _SERVE = "from ator.cli.main import main; main()"
-_READY_DEADLINE = 60.0
+_READY_DEADLINE = 120.0  # migrating a fresh database took 55-61 s at a load of 20 on 2 cores
 _STOP_GRACE = 8.0
 _TAIL = 20_000
 

@@ -8,6 +8,17 @@ export interface Who {
   key_id: string;
   operator: boolean;
   csrf_token: string | null;
+  sso?: boolean; // single sign-on made this session: the console refreshes it (see main.tsx)
+  expires_at?: string; // when the session ends (known once an SSO session was refreshed)
+}
+
+// An SSO session asked again at its identity provider: a new session (cookie), a new CSRF
+// token, or a 401 `sso_refused` once the provider no longer accepts the person.
+export interface Refreshed {
+  org_id: string;
+  role: Who["role"];
+  csrf_token: string;
+  expires_at: string;
 }
 
 export interface FieldError {
@@ -37,6 +48,7 @@ export function getCsrf(): string | null {
 // What a person can do about each problem code; the server's detail is added below.
 const ADVICE: Record<string, string> = {
   unauthenticated: "Your session ended. Log in again with an API key.",
+  sso_refused: "You are signed out.",
   csrf_failed: "This page is out of date. Reload it and try again.",
   forbidden: "Your role does not allow this. Ask an admin of your org.",
   not_found: "It does not exist, or it belongs to another org.",

@@ -73,6 +73,11 @@ export class Live {
     window.__atorLive = this;
   }
 
+  /** The session's new CSRF token (an SSO refresh made a new session): sent on reconnects. */
+  setCsrf(csrf: string): void {
+    this.socket.auth = { csrf };
+  }
+
   private setStatus(s: Live["status"]): void {
     this.status = s;
     for (const l of this.statusListeners) l(s);

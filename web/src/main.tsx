@@ -1,10 +1,12 @@
 // The ator console: log in with an API key (exchanged for an HttpOnly session cookie), then
 // threads, chat (with the inspector, instructions and the subagent tree), workflow runs (drawn
 // live as a graph), approvals, usage, analyses, setups, secrets, keys, the org's documents, the
-// org policy and webhooks (outbound and inbound). Live state arrives over one socket.
+// org policy and webhooks (outbound and inbound). Live state arrives over one socket. Single
+// sign-on (screens/login.tsx) lands here too; its sessions are refreshed at the identity
+// provider on load and then halfway to each expiry, so a person it disabled is signed out.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { api, explain, setCsrf, type Who } from "./api";
+import { api, ApiError, explain, setCsrf, type Refreshed, type Who } from "./api";
 import { Live } from "./live";
 import { loadMarkdown } from "./markdown";
 import { Link, navigate, usePath } from "./router";
@@ -46,12 +48,52 @@ function App() {
 
   useEffect(() => {
     api<Who>("GET", "/v1/sessions/current")
-      .then((w) => {
+      .then(async (w) => {
         setCsrf(w.csrf_token);
-        setWho(w);
+        if (!w.sso) return w;
+        // Asked again at the identity provider before anything else: a reload by a person
+        // it disabled is signed out now, not at the session's end.
+        const r = await api<Refreshed>("POST", "/v1/sessions/refresh");
+        setCsrf(r.csrf_token);
+        return { ...w, ...r };
       })
-      .catch(() => setWho(null));
+      .then(setWho)
+      .catch((e) => {
+        setCsrf(null);
+        setEnded(e instanceof ApiError && e.code === "sso_refused" ? explain(e) : "");
+        setWho(null);
+      });
   }, []);
+
+  useEffect(() => {
+    if (!who?.sso || !who.expires_at || !live) return;
+    let expires = who.expires_at;
+    let timer = 0;
+    let stopped = false;
+    const schedule = (ms: number) => (timer = window.setTimeout(refresh, ms));
+    const refresh = async () => {
+      try {
+        const r = await api<Refreshed>("POST", "/v1/sessions/refresh");
+        if (stopped) return;
+        setCsrf(r.csrf_token);
+        live.setCsrf(r.csrf_token); // the socket's reconnects authenticate the new session
+        expires = r.expires_at;
+        schedule(halfway(expires));
+      } catch (e) {
+        if (stopped) return;
+        if (e instanceof ApiError && e.status === 401) {
+          window.dispatchEvent(new CustomEvent("ator:session-ended", { detail: explain(e) }));
+        } else {
+          schedule(Math.min(30_000, halfway(expires))); // the server was not reachable: again
+        }
+      }
+    };
+    schedule(halfway(expires));
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }, [who, live]);
 
   useEffect(() => {
     if (!who?.csrf_token) return;
@@ -133,7 +175,9 @@ function App() {
         <span class={`conn ${status}`} data-testid="connection" title="live connection">
           {status === "live" ? "● live" : status === "offline" ? "○ reconnecting" : "○ connecting"}
         </span>
-        <span class="muted small">{who.role}</span>
+        <span class="muted small" data-testid="role" title="your role in this org">
+          {who.role}
+        </span>
         <button class="link" onClick={logout} data-testid="logout">
           Log out
         </button>
@@ -141,6 +185,11 @@ function App() {
       <main>{screen}</main>
     </div>
   );
+}
+
+// Milliseconds to halfway between now and `expires` (at least one second).
+function halfway(expires: string): number {
+  return Math.max(1000, (Date.parse(expires) - Date.now()) / 2);
 }
 
 render(<App />, document.getElementById("app")!);

@@ -2,7 +2,10 @@
 
 `create_app(settings)` builds the FastAPI app whose lifespan opens the runtime (database,
 coordinator, engine, reaper). All routes are under /v1 except health, metrics and the web
-console (/ui, api.console). The body
+console (/ui, api.console). Besides the core's routers listed here, it mounts those the
+engine's extensions contribute (`Extension.routes()`, built on agent.routes, which reach the
+API's authentication through `app.state.authenticate`): at once for a given runtime, else as
+the lifespan opens one. The body
 limit (api.limits.BodyLimit) wraps everything: it runs before routing, parsing and auth.
 `X-Forwarded-For` and `X-Forwarded-Proto` are read only from the peers in
 ATOR_TRUSTED_PROXIES (uvicorn's proxy-headers middleware, outermost); with none, never.
@@ -29,7 +32,6 @@ from ator.api import (
     mcp_servers,
     ops,
     orgs,
-    retention,
     schedules,
     secrets,
     sessions,
@@ -38,10 +40,10 @@ from ator.api import (
     sso,
     threads,
     tree_caps,
-    voice,
     webhooks,
     workflows,
 )
+from ator.api.auth import authenticate
 from ator.api.console import mount_console
 from ator.api.gateway_calls import router as gateway_calls
 from ator.api.limits import BodyLimit, WaitSlots
@@ -79,6 +81,8 @@ def create_app(
         owned = runtime is None
         rt = runtime or await Ator.open(settings, providers=providers)
         app.state.ator = rt
+        if owned:
+            mount_extensions(rt)
         sockets.attach(rt)
         await mcp_gateway.attach(rt)
         try:
@@ -101,6 +105,7 @@ def create_app(
         lifespan=lifespan,
         default_response_class=JsonResponse,  # one JSON encoder: ator.jsonenc
     )
+    app.state.authenticate = authenticate  # for the extensions' routers (agent.routes)
     app.state.wait_slots = WaitSlots(per_user=settings.max_waits_per_user,
                                      per_org=settings.max_waits_per_org)
     # The socket server (ator.realtime) shares the app: /socket.io/ goes to it. With no
@@ -122,8 +127,15 @@ def create_app(
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
                    mcp_servers, instructions, calls, catalog, webhooks, workflows, schedules,
-                   approvals, analyses, documents, retention, voice, sso):
+                   approvals, analyses, documents, sso):
         app.include_router(module.router)
+
+    def mount_extensions(rt: Ator) -> None:
+        for router in rt.routes():
+            app.include_router(router)
+
+    if runtime is not None:  # a test's runtime: its app may run without a lifespan
+        mount_extensions(runtime)
     # The MCP gateway (ator.gateway): an org's tools to outside MCP clients, at /mcp. Its
     # route goes first: the router tries routes in order, and behind the ~130 /v1 routes
     # matching them cost a `tools/call` more CPU than the gateway's own work.

@@ -29,7 +29,7 @@ from ator.security.roles import check_role, has_role
 from ator.security.sessions import CSRF_HEADER, csrf_valid, session_from_cookies
 from ator.store.records import Principal
 
-__all__ = ["credential", "get_ator", "require"]
+__all__ = ["authenticate", "credential", "get_ator", "require"]
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -102,3 +102,11 @@ def require(role: str) -> Callable[..., Awaitable[Principal]]:
         return principal
 
     return dependency
+
+
+async def authenticate(request: Request, role: str) -> Principal:
+    """`require(role)` outside FastAPI's dependency injection: what the routers of the
+    features' extensions (agent.routes) reach through `app.state.authenticate`."""
+    principal = await _principal(request, await get_ator(request))
+    check_role(principal.role, role)
+    return principal

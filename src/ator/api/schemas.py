@@ -14,15 +14,15 @@ from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from ator.agent.routes import Body
 from ator.errors import ValidationFailed
 from ator.security.limits import (
     CLIENT_MESSAGE_ID,
     MESSAGE_CHARS,
     SETUP_CONFIG,
     check_json,
-    check_storable,
 )
 from ator.security.roles import Role
 
@@ -40,13 +40,11 @@ __all__ = [
     "MessageIn",
     "OrgIn",
     "OrgPatch",
-    "RetentionIn",
     "SecretIn",
     "SetupIn",
     "SetupPatch",
     "SsoIn",
     "ThreadIn",
-    "VoiceIn",
     "WebhookEndpointIn",
     "WebhookEndpointPatch",
     "WebhookInboundIn",
@@ -70,17 +68,7 @@ _TOOL_POLICY = ('{"allow": [tool names] | null, "deny": [tool names]}; allow nul
 _METADATA = "Free-form JSON of the caller's: at most 64 KiB, 16 levels deep, 2000 values."
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _storable(cls, data: Any) -> Any:
-        # NUL in any field is refused here, for every body, with `unstorable_value` (a
-        # ValidationFailed passes through pydantic to the problem handler): never the
-        # database's own "invalid byte sequence".
-        check_storable(data)
-        return data
+_Body = Body  # the base of every body, shared with the extensions' routers (agent.routes)
 
 
 def _usd() -> Any:
@@ -100,16 +88,6 @@ class OrgPatch(_Body):
     budget_ceiling_usd: Decimal | None = _usd()
 
 
-class RetentionIn(_Body):
-    """An org's retention, in days per class (null: back to the operator's default; absent:
-    unchanged). The operator's bounds are checked by the runtime (`retention_out_of_bounds`)."""
-
-    trash_days: int | None = None
-    mailbox_days: int | None = None
-    events_days: int | None = Field(default=None, description="0: kept")
-    runs_days: int | None = None
-
-
 class SsoIn(_Body):
     """An org's OpenID Connect client for console sign-in."""
 
@@ -126,12 +104,6 @@ class SsoIn(_Body):
     role_map: dict[str, Role] = Field(default_factory=dict, max_length=100,
                                       description="claim value -> admin | member | viewer")
     default_role: Role = "member"
-
-
-class VoiceIn(_Body):
-    """A thread's voice mode: on adds the voice layer (short, spoken style) to its turns."""
-
-    enabled: bool
 
 
 class TreeCapsIn(_Body):

@@ -1,14 +1,16 @@
 """Console login: an API key exchanged for a session cookie (layer: api; imports engine,
-security.sessions).
+security.sessions, sso (the service)).
 
 `POST /v1/sessions {"key"}` answers 201 with who the key is and the session's CSRF token,
 and sets the session in a cookie: HttpOnly (no script reads it), SameSite=Strict, Path=/,
 expiring with the session; over https it is `__Host-ator_session` and Secure, over plain http
 (localhost) `ator_session` (security.sessions). Nothing secret goes to
 the page but the CSRF token, which the console keeps in memory and re-reads from
-`GET /v1/sessions/current` after a reload. `DELETE /v1/sessions/current` logs out (the row
-is revoked, the cookie cleared). Failed logins are throttled per (client address, key
-prefix), never locking out a valid key used elsewhere or another key (engine.logins).
+`GET /v1/sessions/current` after a reload; `sso` there says whether single sign-on made the
+session (the console then refreshes it, `POST /v1/sessions/refresh`, api.sso).
+`DELETE /v1/sessions/current` logs out (the row is revoked, the cookie cleared). Failed
+logins are throttled per (client address, key prefix), never locking out a valid key used
+elsewhere or another key (engine.logins).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ator.engine.access import Access
 from ator.engine.logins import LoginThrottle
 from ator.engine.runtime import Ator
 from ator.security.sessions import csrf_token, is_session_token, session_cookie_name
+from ator.sso import Sso
 from ator.store.records import Principal
 
 __all__ = ["router"]
@@ -63,12 +66,14 @@ async def login(body: LoginIn, request: Request, response: Response,
 
 
 @router.get("/current")
-async def current(request: Request, p: Principal = Depends(require("viewer"))
-                  ) -> dict[str, Any]:
-    """Who is logged in; with the CSRF token when the session cookie authenticated this."""
+async def current(request: Request, p: Principal = Depends(require("viewer")),
+                  ator: Ator = Depends(get_ator)) -> dict[str, Any]:
+    """Who is logged in; with the CSRF token when the session cookie authenticated this,
+    and whether single sign-on made the session."""
     token = credential(request)
-    csrf = csrf_token(token) if token and is_session_token(token) else None
-    return {**_who(p), "csrf_token": csrf}
+    session = bool(token and is_session_token(token))
+    return {**_who(p), "csrf_token": csrf_token(token) if token and session else None,
+            "sso": session and await ator.service(Sso).made(p)}
 
 
 @router.delete("/current", status_code=204, response_class=Response)

@@ -122,6 +122,11 @@ class Ator:
         the engine has none."""
         return self.engine.services.get(kind)
 
+    def routes(self) -> list[Any]:
+        """The routers the engine's extensions contribute (`Extension.routes()`), for the
+        HTTP API to mount."""
+        return list(self.engine.routes)
+
     @classmethod
     async def open(
         cls,

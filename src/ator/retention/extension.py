@@ -1,8 +1,8 @@
 """Retention as an extension of the engine (layer: retention; imports agent.extension,
 retention.service).
 
-Contributes the job kind `retention.purge` and the `Retention` service; when the engine
-starts it gives every org its purge schedule.
+Contributes the job kind `retention.purge`, the `Retention` service and its routes
+(retention.routes); when the engine starts it gives every org its purge schedule.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ class RetentionExtension(Extension):
 
     def services(self) -> Mapping[type, object]:
         return {Retention: self.retention}
+
+    def routes(self) -> Sequence[Any]:
+        from ator.retention.routes import router  # fastapi: only where an HTTP API mounts it
+
+        return (router,)
 
     async def start(self) -> None:
         await self.retention.ensure_schedules()

@@ -169,6 +169,10 @@ class Sso:
         del secret  # the key itself is never shown: the session stands for it
         return await self._session(made.id)
 
+    async def made(self, principal: Principal) -> bool:
+        """Whether single sign-on made this principal's key (its sessions are refreshed)."""
+        return await store.grant_of(self.db, principal.key_id) is not None
+
     async def refresh(self, principal: Principal) -> Login:
         """A new session for an SSO session's person, if the IdP still accepts them.
         Raises SsoRefused (`sso_refused`) and revokes the key when it does not; Conflict

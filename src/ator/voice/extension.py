@@ -1,10 +1,11 @@
 """Voice as an extension of the engine (layer: voice; imports agent.extension, net,
-voice.*): the `Voice` service and its speech engine, closed with the engine, and the
-thread's voice mode as a turn's own state (`VoiceMode`: the voice prompt layer)."""
+voice.*): the `Voice` service and its speech engine, closed with the engine, its routes, and
+the thread's voice mode as a turn's own state (`VoiceMode`: the voice prompt layer)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ator.agent.extension import Extension, Kernel, TurnField
 from ator.net import Egress
@@ -27,6 +28,11 @@ class VoiceExtension(Extension):
 
     def services(self) -> Mapping[type, object]:
         return {Voice: self.voice}
+
+    def routes(self) -> Sequence[Any]:
+        from ator.voice.routes import router  # fastapi: only where an HTTP API mounts it
+
+        return (router,)
 
     async def aclose(self) -> None:
         await self.engine.aclose()

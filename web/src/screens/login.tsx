@@ -21,7 +21,7 @@ export function Login(props: { onLogin: (w: Who) => void; notice?: string }) {
     }
   };
   return (
-    <div class="center">
+    <div class="center column">
       <form class="card login" onSubmit={submit}>
         <h1>ator</h1>
         <p class="muted">Log in with an API key. It is exchanged for a session cookie and not stored in this browser.</p>
@@ -42,6 +42,43 @@ export function Login(props: { onLogin: (w: Who) => void; notice?: string }) {
           {busy ? "Logging in…" : "Log in"}
         </button>
       </form>
+      <SingleSignOn />
     </div>
+  );
+}
+
+const ORG_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+// Single sign-on: the browser goes to the org's identity provider (GET /v1/sso/{org}/login)
+// and comes back signed in. The org is named by its id, prefilled from `?org=` (the link an
+// admin shares: GET /v1/org/sso's login_url, or /ui/?org=<id>).
+function SingleSignOn() {
+  const [org, setOrg] = useState(new URLSearchParams(location.search).get("org") ?? "");
+  const id = org.trim();
+  return (
+    <form
+      class="card login"
+      data-testid="sso"
+      onSubmit={(e) => {
+        e.preventDefault();
+        location.assign(`/v1/sso/${encodeURIComponent(id)}/login`);
+      }}
+    >
+      <p class="muted">Or sign in with your organization's identity provider.</p>
+      <label>
+        Organization ID
+        <input
+          name="org"
+          autocomplete="organization"
+          placeholder="00000000-0000-0000-0000-000000000000"
+          value={org}
+          onInput={(e) => setOrg((e.target as HTMLInputElement).value)}
+          required
+        />
+      </label>
+      <button type="submit" disabled={!ORG_ID.test(id)}>
+        Sign in with SSO
+      </button>
+    </form>
   );
 }
