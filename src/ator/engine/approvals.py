@@ -259,8 +259,8 @@ class Approvals:
         """Whether the org holds its MCP tools not marked read-only for approval, as a call
         outside a turn (the MCP gateway) reads it on every call: kept per org for
         `settings_ttl` seconds (the MCP catalog's rule, `ATOR_MCP_CATALOG_TTL`), so a call
-        is not one more database round trip (it was a third of the gateway's CPU per
-        `tools/call`). A change made through this replica counts at once; one made
+        is not one more database round trip (it was a third of the samples of a gateway
+        `tools/call` in py-spy). A change made through this replica counts at once; one made
         through another replica within `settings_ttl` seconds. A turn reads the setting
         fresh in its own start statement."""
         found: bool | None = self._gates.get(scope.org_id)

@@ -137,6 +137,12 @@ class McpToolset:
     listing_ttl: float = 5.0
     _listed: OrderedDict[SessionKey, tuple[float, Sequence[RemoteTool]]] = field(
         default_factory=OrderedDict)
+    # The tools built for those calls, by session and name, reused while their server and
+    # listing are the same objects (the catalog's and the listing's caches hand back the
+    # same ones until they refresh): a call then builds no tool, and the registry finds
+    # the validator it compiled before by the tool's identity, not its schema's JSON.
+    _org_built: OrderedDict[tuple[SessionKey, str], tuple[MountedServer, RemoteTool, Tool]] = (
+        field(default_factory=OrderedDict))
 
     async def tools(self, scope: ToolScope) -> Sequence[Tool]:
         turn = self._turns.get(scope.turn_id)
@@ -238,8 +244,20 @@ class McpToolset:
                         f"tool {r.name!r} of {server.endpoint.name!r} was left out: another "
                         f"tool already has the name {name!r}"))
                     continue
-                out[name] = self._tool(server, key, r, name)
+                out[name] = self._org_tool(server, key, r, name)
         return tuple(out.values())
+
+    def _org_tool(self, server: MountedServer, key: SessionKey, remote: RemoteTool,
+                  name: str) -> Tool:
+        built = self._org_built.get((key, name))
+        if built is not None and built[0] is server and built[1] is remote:
+            return built[2]
+        tool = self._tool(server, key, remote, name)
+        self._org_built[(key, name)] = (server, remote, tool)
+        self._org_built.move_to_end((key, name))
+        while len(self._org_built) > 4096:
+            self._org_built.popitem(last=False)
+        return tool
 
     async def _org_list(self, server: MountedServer, org_id: UUID, root: UUID,
                         failures: list[tuple[MountedServer, AtorError]]
