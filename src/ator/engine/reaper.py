@@ -5,7 +5,9 @@ Every replica runs a Reaper; only the one holding the `lease:reaper` lease acts.
 1. turns still `running` whose heartbeat is older than the lease TTL are closed as
    `error:lost` with a `turn_ended` event, so the thread is usable again and its history
    stays valid; a lost subagent's parent is told (`errored`, reason `lost`) in the same
-   statement, and woken;
+   statement, and woken. The leader's own turns are no exception, except those it is
+   running right now: a turn whose task ended without writing its end (the database was
+   away) is lost, whichever process it belonged to;
 2. threads with mailbox items pending for longer than the TTL (the replica that accepted
    them died before running them) are woken. This is also the reconciler of results that
    were claimed (pushed into a parent's mailbox) but whose wake was lost.
