@@ -24,7 +24,7 @@ LLAMA_CMAKE := packaging/llama-cpp.cmake
 LLAMA_FLAGS := -DLLAVA_BUILD=OFF
 WHEEL_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ator/wheels
 LLAMA_KEY := $(shell { echo '$(LLAMA_CPP) $(LLAMA_FLAGS)'; cat $(LLAMA_CMAKE); uname -m; \
-	grep -m1 '^flags' /proc/cpuinfo; } | sha256sum | cut -c1-12)
+	grep -m1 '^flags' /proc/cpuinfo 2>/dev/null; } | cksum | cut -d' ' -f1)
 LLAMA_WHEELS := $(WHEEL_CACHE)/llama-cpp-$(LLAMA_KEY)
 LLAMA_WHEEL := $(LLAMA_WHEELS)/.built
 # --only-binary: a venv never compiles llama.cpp itself; it takes the wheel built above.
