@@ -12,18 +12,72 @@ WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/index.html web/package.
 
 .PHONY: install demo test faults lint bench serve clean real-cli
 
-$(STAMP): pyproject.toml
+# The local model's runtime, llama-cpp-python (the `local` extra), has no wheels on PyPI, so
+# pip would compile llama.cpp from its sdist in every new venv. It is built once per machine
+# instead, into a wheel directory outside the checkout that every later venv installs from
+# (`make test` in a fresh clone, CI), and only with what ator loads: libllama and libggml, no
+# multimodal library (LLAVA_BUILD) and no `common` library (packaging/llama-cpp.cmake), for
+# this CPU. The directory is named by a digest of what the wheel depends on (version, flags,
+# CPU), so changing any of them builds a new one. WHEEL_CACHE moves it.
+LLAMA_CPP := llama-cpp-python==0.3.36
+LLAMA_CMAKE := packaging/llama-cpp.cmake
+LLAMA_FLAGS := -DLLAVA_BUILD=OFF
+WHEEL_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ator/wheels
+LLAMA_KEY := $(shell { echo '$(LLAMA_CPP) $(LLAMA_FLAGS)'; cat $(LLAMA_CMAKE); uname -m; \
+	grep -m1 '^flags' /proc/cpuinfo 2>/dev/null; } | cksum | cut -d' ' -f1)
+LLAMA_WHEELS := $(WHEEL_CACHE)/llama-cpp-$(LLAMA_KEY)
+LLAMA_WHEEL := $(LLAMA_WHEELS)/.built
+# --only-binary: a venv never compiles llama.cpp itself; it takes the wheel built above.
+PIP_LOCAL := --only-binary llama-cpp-python --find-links $(LLAMA_WHEELS)
+
+# The venv in steps, so that what is independent runs side by side (`install` and `demo` run
+# make with -j3): the packages install while llama.cpp compiles, and the console builds too.
+# `demo` needs only ator and its local extra; `install` adds the dev tools and the console.
+PIP_READY := $(VENV)/.pip
+RUNTIME := $(VENV)/.runtime
+LOCAL := $(VENV)/.local
+DEV := $(VENV)/.dev
+
+$(PIP_READY):
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,local]'
-	touch $(STAMP)
+	touch $@
+
+$(RUNTIME): $(PIP_READY) pyproject.toml
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(DEV): $(PIP_READY) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# --no-cache-dir: pip's own wheel cache would hand back a wheel built with other flags.
+$(LLAMA_WHEEL): | $(PIP_READY)
+	@echo "building $(LLAMA_CPP) once for this machine into $(LLAMA_WHEELS)"
+	mkdir -p $(WHEEL_CACHE)
+	tmp=$$(mktemp -d $(WHEEL_CACHE)/.build-XXXXXX) && \
+	CMAKE_ARGS='$(LLAMA_FLAGS) -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/$(LLAMA_CMAKE)' \
+		$(BIN)/pip wheel --quiet --no-cache-dir --no-deps --no-binary llama-cpp-python \
+		-w $$tmp '$(LLAMA_CPP)' && \
+	mkdir -p $(LLAMA_WHEELS) && mv $$tmp/*.whl $(LLAMA_WHEELS)/ && rm -rf $$tmp && touch $@
+
+$(LOCAL): $(RUNTIME) $(LLAMA_WHEEL)
+	$(BIN)/pip install --quiet $(PIP_LOCAL) -e '.[local]'
+	touch $@
+
+$(STAMP): $(DEV) $(LLAMA_WHEEL)
+	$(BIN)/pip install --quiet $(PIP_LOCAL) -e '.[dev,local]'
+	touch $@ $(RUNTIME) $(LOCAL)
 
 $(WEB_DIST): $(WEB_SRC)
 	cd web && npm ci --no-audit --no-fund && npm run build
 
-install: $(STAMP) $(WEB_DIST)
+install:
+	@$(MAKE) --no-print-directory -j3 $(STAMP) $(WEB_DIST)
 
-demo: install
+# A first conversation: the local model, the embedded database, no console, no dev tools.
+demo:
+	@$(MAKE) --no-print-directory -j3 $(LOCAL)
 	$(BIN)/ator demo
 
 test: install
