@@ -2,10 +2,13 @@
 engine.wire, jsonenc, providers.base, store.records).
 
 Committed events are announced on the thread's channel right after their commit (persist,
-then emit). Token deltas are the one ephemeral exception: coalesced per turn for a few tens
-of milliseconds and published on the thread's delta channel, so a listener on any replica
-(the CLI, a socket) sees them live; a delta lost on the way is not recovered, the persisted
-reply is the truth.
+then emit). Token deltas are the one ephemeral exception: coalesced per thread and
+published on the thread's delta channel, so a listener on any replica (the CLI, a socket)
+sees them live; a delta lost on the way is not recovered, the persisted reply is the truth.
+Coalescing bounds the rate, not the delay: a delta that finds no batch published for the
+thread in the last `_COALESCE` seconds goes at once (with whatever the same moment of the
+loop adds to it), otherwise it waits for the rest of that window, so a thread publishes at
+most one batch per window and a slow stream's tokens are not held back by it.
 
 Most turns have nobody watching their tokens. When a batch of a turn's deltas reached no
 subscriber anywhere (the coordinator counts them), the turn's further deltas are dropped
@@ -47,7 +50,8 @@ __all__ = ["Publisher", "Watcher", "want_deltas"]
 Watcher = Callable[[Scope, UUID, Sequence[Event]], None]
 
 log = get_logger("ator.engine.publish")
-_COALESCE = 0.03  # seconds of deltas per published frame batch
+_COALESCE = 0.03  # seconds: at most one published batch of deltas per thread per window
+_RECENT_MAX = 4096  # threads remembered as recently published before the stale are dropped
 
 
 async def want_deltas(coord: Coordinator, thread_id: UUID) -> None:
@@ -60,6 +64,7 @@ class Publisher:
     def __init__(self, coord: Coordinator) -> None:
         self.coord = coord
         self._pending: dict[UUID, list[dict[str, Any]]] = {}
+        self._published: dict[UUID, float] = {}  # thread -> loop time of its last batch
         self._tasks: set[asyncio.Task[None]] = set()
         self._watchers: list[Watcher] = []
         self._unwatched: dict[UUID, str] = {}  # thread -> its turn whose deltas reach nobody
@@ -101,6 +106,7 @@ class Publisher:
         await self._flush(thread_id)
         if any(e.kind == "turn_ended" for e in events):
             self._unwatched.pop(thread_id, None)
+            self._published.pop(thread_id, None)
         if events:
             await self.coord.publish(thread_channel(thread_id),
                                      notice(scope.org_id, thread_id, events))
@@ -117,7 +123,10 @@ class Publisher:
         frames = self._pending.get(thread_id)
         if frames is None:
             frames = self._pending[thread_id] = []
-            task = asyncio.get_running_loop().create_task(self._flush_later(thread_id))
+            loop = asyncio.get_running_loop()
+            last = self._published.get(thread_id)
+            wait = 0.0 if last is None else max(0.0, last + _COALESCE - loop.time())
+            task = loop.create_task(self._flush_later(thread_id, wait))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         if isinstance(event, TextDelta | ThinkingDelta) and _mergeable(event, frames, turn_id):
@@ -125,14 +134,15 @@ class Publisher:
             return
         frames.append(delta(turn_id, event))
 
-    async def _flush_later(self, thread_id: UUID) -> None:
-        await asyncio.sleep(_COALESCE)
+    async def _flush_later(self, thread_id: UUID, wait: float) -> None:
+        await asyncio.sleep(wait)  # 0 still yields once: the same moment's deltas join
         await self._flush(thread_id)
 
     async def _flush(self, thread_id: UUID) -> None:
         frames = self._pending.pop(thread_id, None)
         if not frames:
             return
+        self._remember(thread_id)
         announced = self._announcements
         try:
             heard = await self.coord.publish(
@@ -144,6 +154,15 @@ class Publisher:
         # this publish was on its way (it may be for this thread, and is not seen again).
         if not heard and self._hearing.is_set() and self._announcements == announced:
             self._unwatched[thread_id] = frames[-1]["turn_id"]
+
+    def _remember(self, thread_id: UUID) -> None:
+        """Note that the thread published a batch now. Entries leave at the turn's end; the
+        few a turn that never ended leaves behind are dropped once stale (amortized)."""
+        now = asyncio.get_running_loop().time()
+        if len(self._published) >= _RECENT_MAX and thread_id not in self._published:
+            self._published = {t: at for t, at in self._published.items()
+                               if now - at < _COALESCE}
+        self._published[thread_id] = now
 
     async def aclose(self) -> None:
         """Send what is queued, then stop."""
