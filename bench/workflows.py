@@ -194,9 +194,11 @@ async def dbos_run(url: str, n: int, concurrency: int, backends: Backends,
     while not await backends._pids():  # noqa: ASYNC110 (another process's server state)
         await asyncio.sleep(0.05)
     await backends.start()
-    out, _ = await proc.communicate()
-    server_cpu = await backends.seconds()
-    line = [ln for ln in out.decode().splitlines() if ln.startswith("RESULT")][-1]
+    assert proc.stdout is not None
+    while not (line := (await proc.stdout.readline()).decode()).startswith("RESULT"):
+        assert line, "the DBOS run ended without a result"
+    server_cpu = await backends.seconds()  # before it exits: its backends go with it
+    await proc.communicate()
     _, seconds, total, cpu = line.split()
     assert int(total) == n * (n + 1), total
     return {"seconds": float(seconds), "steps": n, "cpu_s": float(cpu),
