@@ -327,3 +327,66 @@ async def test_a_kind_registered_on_the_runtime_runs_through_its_queue(make_ator
         org_row = await runtime.create_org(f"jobs-{uuid.uuid4().hex[:6]}")
         await runtime.service(JobQueue).enqueue(Scope(org_row.id), "greet", {"hello": "jobs"})
         await asyncio.wait_for(ran.wait(), 10)
+
+
+async def _claim_cost(db: Database, kinds: list[str]) -> tuple[int, list[Any]]:
+    """The claim statement's buffer reads under EXPLAIN ANALYZE, and what it claimed (rolled
+    back: EXPLAIN ANALYZE runs it)."""
+    from ator.store import jobs as job_store
+
+    sql, args = db.compile(job_store._CLAIM, {
+        "owner": "probe", "kinds": kinds, "limits": [None] * len(kinds), "batch": 10,
+        "ttl": 30.0, "cursor": None})
+    async with db.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            probe = conn.transaction()  # a savepoint: EXPLAIN ANALYZE claims too
+            await probe.start()
+            plan = await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args)
+            await probe.rollback()
+            claimed = await conn.fetch(sql, *args)
+        finally:
+            await tx.rollback()
+    import json
+    top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"]), list(claimed)
+
+
+async def test_a_claim_reads_nothing_of_a_backlog_it_cannot_take(db: Database) -> None:
+    # A foreign org's 40,000 queued jobs of kinds no worker here serves, sorting between
+    # the served kinds (what the jobs-fairness test once left behind: every claim read
+    # them, and workflow runs behind them timed out).
+    ours, theirs = org(), org()
+    served = ["a.served", "m.served", "z.served"]
+    queue = JobQueue(db, JobKinds([JobKind(k, _noop) for k in served]))
+    job_id = await queue.enqueue(ours, "m.served")
+    before, claimed = await _claim_cost(db, served)
+    assert [r["id"] for r in claimed] == [job_id]
+    for kind in ("f.unserved", "t.unserved"):
+        await db.pool.execute(
+            "INSERT INTO jobs (org_id, kind, payload, max_attempts)"
+            " SELECT $1, $2, '{}', 1 FROM generate_series(1, 20000)", theirs.org_id, kind)
+    await db.pool.execute("ANALYZE jobs")
+    after, claimed = await _claim_cost(db, served)
+    assert [r["id"] for r in claimed] == [job_id]  # still ours, at once
+    # The claim's cost does not grow with the backlog (a scan of it reads hundreds of pages).
+    assert after <= before + 10, (before, after)
+    # Fairness between orgs is kept: another org's backlog of the served kind takes a share,
+    # not the batch, and what a claim reads does not grow with that backlog either.
+    costs = []
+    for n in (2_000, 18_000):
+        await db.pool.execute(
+            "INSERT INTO jobs (org_id, kind, payload, max_attempts)"
+            " SELECT $1, 'm.served', '{}', 1 FROM generate_series(1, $2)", theirs.org_id, n)
+        await db.pool.execute("ANALYZE jobs")
+        cost, claimed = await _claim_cost(db, served)
+        assert job_id in [r["id"] for r in claimed]
+        assert {r["org_id"] for r in claimed} == {ours.org_id, theirs.org_id}
+        costs.append(cost)
+    assert costs[1] <= costs[0] + 10, costs
+    await db.pool.execute("DELETE FROM jobs")
+
+
+async def _noop(ctx: JobContext, payload: dict[str, Any]) -> None:
+    return None

@@ -5,10 +5,13 @@ A job row goes queued → running (under a lease: `lease_owner` + `lease_until`,
 
 - `claim`: one statement that (a) rescues expired leases (back to queued, or dead when the
   attempts are spent), and (b) claims a batch fairly: it walks the (kind, org) pairs that have
-  queued jobs by skip scan over `ix_jobs_ready` (a few index probes, however many jobs one org
-  has queued), orders the pairs round-robin from a cursor the worker keeps, gives each pair an
-  equal share of the batch (less its per-org limit's running jobs), and takes each share with
-  `FOR UPDATE SKIP LOCKED`. One org's 100,000 queued jobs cost the claim as much as its one.
+  queued jobs by skip scan over `ix_jobs_ready`, one walk per kind it serves (a few index
+  probes, however many jobs one org has queued, and none at all into the backlog of a kind
+  it does not serve: a probe over `kind = ANY(…)` ordered by (kind, org) read every queued
+  job of the kinds between), orders the pairs round-robin from a cursor the worker keeps,
+  gives each pair an equal share of the batch (less its per-org limit's running jobs), and
+  takes each share with `FOR UPDATE SKIP LOCKED`. One org's 100,000 queued jobs cost the
+  claim as much as its one.
 - `complete_many` / `complete_in`: fenced by (id, attempt, owner), so a worker that lost its
   lease cannot complete a job another worker now holds. `complete_in` runs on the caller's
   transaction (exactly-once for effects written in it).
@@ -138,21 +141,23 @@ WITH RECURSIVE rescued AS (
                 LIMIT 1000 FOR UPDATE SKIP LOCKED)
   RETURNING id
 ),
+-- One walk per kind this worker serves, each probe an index descent on (kind, org_id):
+-- a backlog of a kind it does not serve is never read, and neither is another kind's.
 pairs(kind, org_id) AS (
-  (SELECT kind, org_id FROM jobs
-    WHERE state = 'queued' AND kind = ANY(CAST(:kinds AS text[]))
-    ORDER BY kind, org_id LIMIT 1)
+  SELECT k.kind, (SELECT j.org_id FROM jobs j WHERE j.state = 'queued' AND j.kind = k.kind
+                   ORDER BY j.org_id LIMIT 1)
+    FROM unnest(CAST(:kinds AS text[])) AS k(kind)
   UNION ALL
-  SELECT n.kind, n.org_id FROM pairs p CROSS JOIN LATERAL (
-    SELECT j.kind, j.org_id FROM jobs j
-     WHERE j.state = 'queued' AND j.kind = ANY(CAST(:kinds AS text[]))
-       AND (j.kind, j.org_id) > (p.kind, p.org_id)
-     ORDER BY j.kind, j.org_id LIMIT 1) n
+  SELECT p.kind, (SELECT j.org_id FROM jobs j
+                   WHERE j.state = 'queued' AND j.kind = p.kind AND j.org_id > p.org_id
+                   ORDER BY j.org_id LIMIT 1)
+    FROM pairs p WHERE p.org_id IS NOT NULL
 ),
 turn AS (
   SELECT p.kind, p.org_id, l.lim FROM pairs p
     JOIN unnest(CAST(:kinds AS text[]), CAST(:limits AS int[])) AS l(kind, lim)
       ON l.kind = p.kind
+   WHERE p.org_id IS NOT NULL
    ORDER BY p.org_id <= CAST(:cursor AS uuid) NULLS FIRST, p.org_id, p.kind
    LIMIT :batch
 ),

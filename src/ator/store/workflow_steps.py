@@ -25,9 +25,9 @@ import sqlalchemy as sa
 
 from ator.store.database import Connection, Database, Row
 from ator.store.scope import Scope
-from ator.store.workflows import EVENT_PARTS, dumps, preview
+from ator.store.workflows import dumps, preview
 
-__all__ = ["ClaimedStep", "NewStep", "Spent"]
+__all__ = ["ClaimedStep", "NewStep", "Output", "Spent"]
 
 # A map's list is previewed in SQL by characters: 512 characters are at most 2 KB of UTF-8.
 _SQL_PREVIEW_CHARS = 512
@@ -269,13 +269,13 @@ _CLAIM = sa.text("""
 WITH s AS (
   UPDATE workflow_steps s SET status = 'running', attempt = s.attempt + 1
     FROM workflow_runs r
-   WHERE s.id = :id AND s.org_id = :org_id AND r.id = s.run_id AND r.status = 'running'
-     AND s.output IS NULL AND s.status IN ('queued','running')
+   WHERE s.id = ANY(CAST(:ids AS uuid[])) AND s.org_id = :org_id AND r.id = s.run_id
+     AND r.status = 'running' AND s.output IS NULL AND s.status IN ('queued','running')
   RETURNING s.id, s.run_id, s.path, s.attempt, s.spec, s.input, r.input AS run_input),
 a AS (
   INSERT INTO workflow_attempts (step_id, attempt, org_id, job_id)
   SELECT id, attempt, :org_id, :job_id FROM s)
-SELECT * FROM s
+SELECT * FROM s ORDER BY path
 """)
 
 _STATE = sa.text("""
@@ -284,21 +284,37 @@ SELECT s.run_id, s.status, s.output IS NOT NULL AS has_output, r.status AS run_s
  WHERE s.id = :id AND s.org_id = :org_id
 """)
 
-# One round trip for the hot path: the output (fenced by the attempt), the attempt's
-# outcome, and the `step_done` event that bumps the run's `changes` — the step row first,
-# then the run row, the order the reconciler's release relies on (store/workflows.py).
+# One round trip for the hot path, for every step one job completed: the outputs (each
+# fenced by its attempt, never over a stored one), the attempts' outcomes, and one
+# `step_done` event per stored step, numbered in the run's seq by one bump of the run row
+# (which also bumps `changes`) — the step rows first, then the run row, the order the
+# reconciler's release relies on (store/workflows.py). The steps are of one run.
 _COMPLETE = sa.text("""
-WITH _s AS (
-  UPDATE workflow_steps SET status = 'done', output = CAST(:output AS jsonb),
-         output_size = :size, preview = :preview, error = NULL, error_code = NULL,
+WITH d AS (
+  SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[]),
+                       CAST(:outputs AS text[]), CAST(:sizes AS int[]),
+                       CAST(:previews AS text[])) AS d(id, attempt, output, size, preview)),
+_s AS (
+  UPDATE workflow_steps s SET status = 'done', output = CAST(d.output AS jsonb),
+         output_size = d.size, preview = d.preview, error = NULL, error_code = NULL,
          finished_at = now()
-   WHERE id = :id AND attempt = :attempt AND output IS NULL AND status = 'running'
-  RETURNING id, run_id),
+    FROM d
+   WHERE s.id = d.id AND s.attempt = d.attempt AND s.output IS NULL AND s.status = 'running'
+  RETURNING s.id, s.run_id, s.path, s.attempt, s.output_size),
 _a AS (
-  UPDATE workflow_attempts SET outcome = 'done', finished_at = now()
-   WHERE step_id = (SELECT id FROM _s) AND attempt = :attempt),""" + EVENT_PARTS.format(
-    run="(SELECT run_id FROM _s)") + """
-SELECT seq FROM _e
+  UPDATE workflow_attempts a SET outcome = 'done', finished_at = now()
+    FROM _s WHERE a.step_id = _s.id AND a.attempt = _s.attempt),
+_r AS (
+  UPDATE workflow_runs SET event_seq = event_seq + (SELECT count(*) FROM _s),
+         changes = changes + 1, progress_at = now()
+   WHERE id = (SELECT run_id FROM _s LIMIT 1) RETURNING id, org_id, event_seq),
+_e AS (
+  INSERT INTO workflow_events (run_id, seq, org_id, kind, data)
+  SELECT _r.id, _r.event_seq - (SELECT count(*) FROM _s)
+                + row_number() OVER (ORDER BY _s.path), _r.org_id, 'step_done',
+         jsonb_build_object('step', _s.path, 'attempt', _s.attempt, 'size', _s.output_size)
+    FROM _s CROSS JOIN _r)
+SELECT id FROM _s
 """)
 
 # What an attempt spent (an agent turn's usage and cost), with its outcome and the run's sum.
@@ -322,13 +338,13 @@ UPDATE workflow_attempts SET outcome = :outcome, finished_at = now()
 """)
 
 
-async def claim(db: Database, scope: Scope, step_id: UUID, job_id: int) -> ClaimedStep | None:
-    """Start an attempt (None: the step has an output, or its run is not running)."""
-    rows = await db.write(_CLAIM, {"id": step_id, "org_id": scope.org_id, "job_id": job_id})
-    if not rows:
-        return None
-    r = rows[0]
-    return ClaimedStep(r.id, r.run_id, r.path, r.attempt, r.spec, r.input, r.run_input)
+async def claim(db: Database, scope: Scope, step_ids: list[UUID],
+                job_id: int) -> list[ClaimedStep]:
+    """Start an attempt of each step, in one statement (a step is left out when it has an
+    output, or its run is not running)."""
+    rows = await db.write(_CLAIM, {"ids": step_ids, "org_id": scope.org_id, "job_id": job_id})
+    return [ClaimedStep(r.id, r.run_id, r.path, r.attempt, r.spec, r.input, r.run_input)
+            for r in rows]
 
 
 async def state(conn: Connection, scope: Scope, step_id: UUID) -> Row | None:
@@ -352,17 +368,34 @@ async def _spent(conn: Connection, step: ClaimedStep, spent: Spent | None) -> No
                                     "cost": spent.cost_usd})
 
 
-async def complete(conn: Connection, step: ClaimedStep, output: str, size: int,
-                   preview: str, spent: Spent | None = None) -> bool:
-    """Store the attempt's output, its `step_done` event and what it spent, in the caller's
-    transaction (False: another attempt fenced it out, and nothing was written)."""
-    row = (await conn.execute(_COMPLETE, {
-        "id": step.id, "attempt": step.attempt, "output": output, "size": size,
-        "preview": preview, "bump": 1, "progress": True, "kind": "step_done",
-        "data": dumps({"step": step.path, "attempt": step.attempt, "size": size})})).first()
-    if row is not None:
-        await _spent(conn, step, spent)
-    return row is not None
+@dataclass(frozen=True, slots=True)
+class Output:
+    """An attempt's output as stored: the JSON text, its size and its preview."""
+
+    step: ClaimedStep
+    text: str
+    spent: Spent | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.text.encode())
+
+
+async def complete(conn: Connection, outputs: list[Output]) -> set[UUID]:
+    """Store the attempts' outputs (steps of one run), their `step_done` events and what
+    they spent, in the caller's transaction, in one statement; returns the steps stored
+    (one missing was fenced out by another attempt, and nothing of it was written)."""
+    if not outputs:
+        return set()
+    rows = (await conn.execute(_COMPLETE, {
+        "ids": [o.step.id for o in outputs], "attempts": [o.step.attempt for o in outputs],
+        "outputs": [o.text for o in outputs], "sizes": [o.size for o in outputs],
+        "previews": [preview(o.text) for o in outputs]})).all()
+    stored = {UUID(str(r["id"])) for r in rows}
+    for o in outputs:
+        if o.step.id in stored:
+            await _spent(conn, o.step, o.spent)
+    return stored
 
 
 async def fail_attempt(conn: Connection, step: ClaimedStep, error: str,

@@ -7,7 +7,10 @@ expression never blocks the loop, under JSONata's own time box (a runaway loop o
 raises after `timeout_ms`) and depth bound (deep recursion raises before Python's stack
 does); its result must serialize to at most `value_bytes`. An expression is parsed again
 for each evaluation: the time box starts when it is compiled, and a compiled expression
-keeps evaluation state of its own, so one object cannot serve two threads.
+keeps evaluation state of its own, so one object cannot serve two threads. Evaluations
+asked for in the same turn of the event loop (a job's batch of map items) go to the pool as
+one task, evaluated one after the other, each under its own bounds: one hand-off to a
+thread and back instead of one per item.
 """
 
 from __future__ import annotations
@@ -49,12 +52,36 @@ class Expressions:
         self.depth = depth
         self.value_bytes = value_bytes
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ator-jsonata")
+        self._asked: list[tuple[str, Any, asyncio.Future[Any]]] = []
 
     async def evaluate(self, expr: str, data: Any) -> Any:
         """The value of `expr` over `data` (JSON values in, a JSON value out).
         Raises ExpressionError (with the reason) for any failure."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._evaluate, expr, data)
+        future: asyncio.Future[Any] = loop.create_future()
+        self._asked.append((expr, data, future))
+        if len(self._asked) == 1:
+            loop.call_soon(self._hand_off, loop)
+        return await future
+
+    def _hand_off(self, loop: asyncio.AbstractEventLoop) -> None:
+        asked, self._asked = self._asked, []
+        try:
+            self._pool.submit(self._evaluate_all, loop, asked)
+        except RuntimeError as exc:  # the pool is shut down (closing)
+            for _, _, future in asked:
+                if not future.done():
+                    future.set_exception(exc)
+
+    def _evaluate_all(self, loop: asyncio.AbstractEventLoop,
+                      asked: list[tuple[str, Any, asyncio.Future[Any]]]) -> None:
+        done: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        for expr, data, future in asked:
+            try:
+                done.append((future, self._evaluate(expr, data), None))
+            except Exception as exc:  # the asker's to handle: handed back to it
+                done.append((future, None, exc))
+        loop.call_soon_threadsafe(_settle, done)
 
     def _evaluate(self, expr: str, data: Any) -> Any:
         try:
@@ -75,6 +102,16 @@ class Expressions:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _settle(done: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, value, exc in done:
+        if future.done():  # the asker was cancelled meanwhile
+            continue
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(value)
 
 
 def encode(value: Any) -> bytes:

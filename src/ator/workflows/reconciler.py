@@ -137,7 +137,7 @@ class Reconciler:
                 return run.changes, None, None
             tick = Tick(conn, scope, run, owner, queue=self.queue,
                         expressions=self.expressions, value_bytes=self.value_bytes,
-                        ends=self.ends)
+                        types=self.types, ends=self.ends)
             if run.overdue:
                 await tick.fail_run("wall_clock", "the run's wall-clock budget ran out")
                 return run.changes, None, None

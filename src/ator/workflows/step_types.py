@@ -79,12 +79,14 @@ class Tick:
     """What one reconciler tick works on, and the writes a step type may make in it: all in
     the tick's transaction, under the run row's lock and the reconciler's lease."""
 
-    __slots__ = ("conn", "ends", "expressions", "owner", "queue", "run", "scope", "value_bytes")
+    __slots__ = ("conn", "ends", "expressions", "owner", "queue", "run", "scope", "types",
+                 "value_bytes")
 
     def __init__(self, conn: Connection, scope: Scope, run: RunFence, owner: str, *,
                  queue: JobQueue, expressions: Expressions, value_bytes: int,
-                 ends: Sequence[RunEnd] = ()) -> None:
+                 types: StepTypes, ends: Sequence[RunEnd] = ()) -> None:
         self.ends = ends
+        self.types = types
         self.conn = conn
         self.scope = scope
         self.run = run
@@ -127,13 +129,16 @@ class Tick:
         if n > 0:
             await step_store.charge(self.conn, self.run.id, -n)
 
-    async def enqueue(self, step_ids: Iterable[UUID]) -> None:
+    async def enqueue(self, step_ids: Iterable[UUID], batch: int = 1) -> None:
+        """Queue attempts of these steps, up to `batch` of them per job (their type's
+        `StepType.batch`), split evenly: 50 steps of batch 10 are 5 jobs of 10."""
         ids = [str(s) for s in step_ids]
         if ids:
             run_id = str(self.run.id)
+            jobs = -(-len(ids) // max(1, batch))
             await self.queue.enqueue_many(
-                self.scope, STEP, [{"run_id": run_id, "step_id": s} for s in ids],
-                within=self.conn)
+                self.scope, STEP, [{"run_id": run_id, "step_ids": ids[i::jobs]}
+                                   for i in range(jobs)], within=self.conn)
 
     async def requeue(self, step_id: UUID) -> None:
         """A step handed back while the run was paused (or failed, then resumed) runs again."""
@@ -244,6 +249,10 @@ class StepType:
     child_schema: ClassVar[dict[str, Any] | None] = None
     #: keys of the spec holding a JSONata expression
     exprs: ClassVar[tuple[str, ...]] = ()
+    #: how many attempts of this type one job may carry: a cheap, pure type many (one
+    #: claim and one completion serve them all); a type that waits on a peer one, so a slow
+    #: attempt never holds back the others' completion
+    batch: ClassVar[int] = 1
 
     def expressions(self, spec: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
         for key in self.exprs:

@@ -81,5 +81,6 @@ class Map(StepType):
             return True
         room = int(spec.get("concurrency", 10)) - active
         if pending and room > 0:
-            await tick.enqueue(await step_store.queue_children(tick.conn, step_id, room))
+            await tick.enqueue(await step_store.queue_children(tick.conn, step_id, room),
+                               batch=tick.types[spec["step"]["type"]].batch)
         return False

@@ -15,6 +15,7 @@ class Transform(Executable):
     schema = step_schema("transform", ["expr"], expr=EXPR)
     child_schema = child_schema("transform", ["expr"], expr=EXPR)
     exprs = ("expr",)
+    batch = 10  # pure and bounded (workflows/expressions.py): many share one job
 
     async def run(self, attempt: Attempt) -> Any:
         return await attempt.evaluate(attempt.step.spec["expr"], await attempt.data())
