@@ -136,7 +136,7 @@ def test_admission_queues_by_thread_in_wake_order() -> None:
 
 
 async def test_a_beat_racing_a_turn_end_does_not_take_its_lease_again(make_ator) -> None:
-    from ator.engine.liveness import Heartbeats
+    from ator.engine.liveness import Heartbeats, Lease
     from ator.engine.turn import TurnHandle
 
     async with make_ator(engine=False) as ator:
@@ -145,7 +145,7 @@ async def test_a_beat_racing_a_turn_end_does_not_take_its_lease_again(make_ator)
         assert await ator.coord.acquire(key, token, 5.0)
         blocker = asyncio.Event()
         handle = TurnHandle(uuid.uuid4(), asyncio.create_task(blocker.wait()))
-        beats.add(key, token, handle)
+        beats.add(Lease.claiming(key, token, 5.0), handle)
         real_extend = ator.coord.extend
 
         async def extend_after_the_turn_ended(k: str, t: str, ttl: float) -> bool:

@@ -18,10 +18,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
 MODEL_DELAY = 4.0  # the paused turn's model call: longer than the lease (2 s)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding of this suite (2026-12-02): after SIGCONT the paused replica's lost turn still "
-    "runs its tool call (the recorder counts the thread's tool twice: once by the turn that "
-    "took over, once by the stale one); its events are fenced, its side effect is not"))
 async def test_paused_replica_does_not_write_after_takeover(rig: Rig) -> None:
     a, b = rig.replica("a"), rig.replica("b")
     on_a, on_b = rig.client(a), rig.client(b)

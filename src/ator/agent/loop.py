@@ -24,6 +24,10 @@ persists it before anything else happens) and returns a typed `Outcome`. Per mod
   built again and retried once, else (or on a second overflow) the turn ends with
   `error:context_overflow` saying what was tried.
 
+Before any side effect of a step (its model call, with the hooks that reserve for it or
+compact with a call of their own, and its tools) the loop awaits the turn's `fence`
+(agent.fence): a turn another replica has taken over raises there and does nothing more.
+
 While a call streams, `state.partial` holds what it produced and what the provider reported
 it consumed, so a turn cut short (stop, timeout, stall) can persist and bill it. Wall time is
 the engine's (it wraps the whole turn).
@@ -38,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ator.agent.fence import Fence, unfenced
 from ator.agent.history import injected_blocks
 from ator.agent.hooks import HELD, Hold, Injection, LoopHook, StopTurn
 from ator.agent.inspection import describe
@@ -142,8 +147,10 @@ async def run_loop(
     prices: PriceTable,
     hooks: Sequence[LoopHook] = (),
     services: Mapping[type, object] | None = None,
+    fence: Fence = unfenced,
 ) -> Outcome:
-    """Run steps until a stop. `state.messages` is extended in place with what the turn adds."""
+    """Run steps until a stop. `state.messages` is extended in place with what the turn adds.
+    Whatever `fence` raises (the turn was taken elsewhere) ends the loop before it acts."""
     caps = turn.caps
     first_step = state.steps
     services = dict(services or {})
@@ -165,6 +172,7 @@ async def run_loop(
         # (compaction applied, MCP problems).
         state.request_meta = {"config_hash": turn.config_hash, "notifications": injected}
         injected = []
+        await fence()  # before the reservation, compaction and the call itself
         try:
             for hook in hooks:
                 request = await hook.before_call(turn, state, request)
@@ -229,6 +237,8 @@ async def run_loop(
         holds = await _holds(turn, state, hooks, calls, tools)
         held = {h.call.id for h in holds}
         running = [c for c in calls if c.id not in held]
+        if running:
+            await fence()  # the model's reply may have arrived long after the lease ran out
         results = await _run_tools(turn, state, tools, running, sink, services) \
             if running else []
         if holds:

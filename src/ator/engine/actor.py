@@ -32,7 +32,7 @@ from ator import jsonenc
 from ator.coord.base import Coordinator
 from ator.coord.listen import listen_forever
 from ator.engine.admission import Admission
-from ator.engine.liveness import Heartbeats
+from ator.engine.liveness import Heartbeats, Lease
 from ator.engine.turn import TurnHandle, TurnRunner
 from ator.engine.wire import ABORT_CHANNEL
 from ator.obs.logging import get_logger
@@ -197,6 +197,7 @@ class Actor:
         token = f"{self.owner}:{uuid.uuid4().hex[:12]}"
         key = lease_key(thread_id)
         mark = _mark_key(thread_id)
+        lease = Lease.claiming(key, token, self.lease_ttl)
         try:
             # Every submit sets the mark after its INSERT committed, so "no mark" means
             # nothing arrived since the last drain: no empty drain needed. Two round trips
@@ -209,7 +210,7 @@ class Actor:
                 more = more or force
                 while not self._closing:
                     if more:
-                        await self._one_turn(scope, thread_id, token)
+                        await self._one_turn(scope, thread_id, lease)
                     # A submit that found the lease taken left its mark: it is seen here,
                     # atomically with the release, so it is never left with nobody to run it.
                     more = await self.coord.release_unless_marked(key, token, mark)
@@ -226,17 +227,16 @@ class Actor:
             # sweep wakes the thread again.
             log.exception("thread pump failed")
 
-    async def _one_turn(self, scope: Scope, thread_id: UUID, token: str) -> bool:
-        key = lease_key(thread_id)
-
+    async def _one_turn(self, scope: Scope, thread_id: UUID, lease: Lease) -> bool:
         def on_start(handle: TurnHandle) -> None:
             # Until the turn's row exists (its first statement may wait under load) the
             # heartbeat only extends the lease: a missing row then means "not yet".
             self._running[thread_id] = handle
-            self.heartbeats.add(key, token, handle)
+            handle.fence = self.heartbeats.fence(lease, handle)
+            self.heartbeats.add(lease, handle)
 
         try:
             return await self.runner.run(scope, thread_id, on_start)
         finally:
             self._running.pop(thread_id, None)
-            self.heartbeats.discard(key)
+            self.heartbeats.discard(lease.key)

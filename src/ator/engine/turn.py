@@ -31,6 +31,7 @@ from uuid import UUID
 from ator.agent.caps import CapCeilings, CapGroup, Caps
 from ator.agent.compaction import CompactionHook, Stash
 from ator.agent.extension import SpanParent, ToolBounds, TurnEnd, TurnField
+from ator.agent.fence import Fence, unfenced
 from ator.agent.history import build_messages
 from ator.agent.hooks import LoopHook
 from ator.agent.loop import Outcome, run_loop
@@ -69,13 +70,15 @@ log = get_logger("ator.engine.turn")
 @dataclass
 class TurnHandle:
     """A running turn, as the actor sees it: stop() sets the reason, raises the turn's abort
-    signal (tools watch it) and cancels the task."""
+    signal (tools watch it) and cancels the task. `fence` is what the turn awaits before it
+    acts (the actor's, on the thread's lease: engine.liveness)."""
 
     turn_id: UUID
     task: asyncio.Task[Any]
     reason: str | None = None
     started: bool = False
     abort: asyncio.Event = field(default_factory=asyncio.Event)
+    fence: Fence = unfenced
 
     def stop(self, reason: str) -> None:
         """Ask the turn to stop. Before its first statement committed, the stop is kept and
@@ -85,6 +88,13 @@ class TurnHandle:
             self.abort.set()
             if self.started:
                 self.task.cancel()
+
+    def lose(self) -> None:
+        """The turn found itself taken (its fence): it ends by raising TurnLost on its own
+        task, so nothing cancels it meanwhile; its tools still see the abort."""
+        if self.reason is None:
+            self.reason = "lost"
+            self.abort.set()
 
 
 class TurnRunner:
@@ -245,7 +255,7 @@ class TurnRunner:
             if isinstance(frozen, AtorError):
                 return f"error:{frozen.kind}", frozen.message
             async with asyncio.timeout(limit):
-                outcome = await self._loop(start, turn, frozen, state, writer)
+                outcome = await self._loop(start, turn, frozen, state, writer, handle.fence)
             return outcome.stop_reason, outcome.error
         except TimeoutError:
             return "timeout", f"turn exceeded {limit:g}s"
@@ -273,6 +283,7 @@ class TurnRunner:
         frozen: FrozenConfig,
         state: TurnState,
         writer: StepWriter,
+        fence: Fence,
     ) -> Outcome:
         scope = Scope(turn.org_id)
 
@@ -307,7 +318,7 @@ class TurnRunner:
                                          stash=self._stash(turn))
             return await run_loop(turn, state, provider=provider, tools=tools, sink=writer,
                                   prices=self.prices, hooks=[context, gate, *self.hooks],
-                                  services=self.services)
+                                  services=self.services, fence=fence)
 
     def _stash(self, turn: TurnContext) -> Stash | None:
         """Where an item too long to send is stored whole (read back with read_tool_result)."""
