@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
+import psutil
 from langgraph.types import Durability
 from pgserver import STATS_SETTLE_SECONDS, PgServer, ServerDelta
 from systems import AtorSystem, ClientCounts, LangGraphSystem, System
@@ -34,10 +37,12 @@ WARMUP_TURNS = 20
 TURN_TIMEOUT = 60.0  # seconds; a turn that takes longer counts as an error
 RESULTS = Path(__file__).parent / "results" / "engine_overhead.json"
 
-# Targets for ator (the lead's acceptance criteria).
-MAX_STATEMENTS = 12
-MAX_COMMITS = 5
-MAX_P50_RATIO = 0.5  # ator p50 / LangGraph p50
+# Targets for ator (the lead's acceptance criteria). A one-tool turn is 3 statements and 3
+# commits (the post that starts it, its tool step, its end); the slack is the process's
+# heartbeat and cached reads landing in the window.
+MAX_STATEMENTS = 4
+MAX_COMMITS = 4
+MIN_P50_RATIO = 2.5  # LangGraph p50 / ator p50
 MIN_THROUGHPUT_RATIO = 2.0  # ator concurrent turns/s / LangGraph's
 
 
@@ -53,6 +58,9 @@ class Phase:
     client: ClientCounts
     server: ServerDelta
     connections: int  # server backends on the system's database when the phase ended
+    cpu_s: float  # CPU of this process (the system under test and the driver) in the phase
+    rss_peak_kb: float  # this process's peak RSS in the phase
+    rss_before_kb: float
 
     def summary(self) -> dict[str, Any]:
         lat = sorted(self.latencies_ms) or [float("nan")]
@@ -70,6 +78,11 @@ class Phase:
             "wal_fsyncs_per_turn": self.server.wal_fsyncs * per,
             "other_db_commits": self.server.other_commits,
             "connections": self.connections,
+            # Load-robust: CPU time, not wall time (the driver's share is the same loop of
+            # `turn()` calls on both sides).
+            "cpu_ms_per_turn": self.cpu_s * 1000 * per,
+            "rss_per_in_flight_turn_kb":
+                max(0.0, self.rss_peak_kb - self.rss_before_kb) / self.in_flight,
         }
 
 
@@ -98,6 +111,30 @@ async def drive(system: System, threads: Sequence[uuid.UUID], in_flight: int
     return time.perf_counter() - start, latencies, errors
 
 
+def _rss_kb() -> float:
+    return float(psutil.Process().memory_info().rss) / 1024
+
+
+@contextlib.asynccontextmanager
+async def _rss_peak(every: float = 0.05):  # type: ignore[no-untyped-def]
+    """Samples this process's RSS while the block runs; yields a one-item list, the peak."""
+    peak = [_rss_kb()]
+
+    async def sample() -> None:
+        while True:
+            peak[0] = max(peak[0], _rss_kb())
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(sample())
+    try:
+        yield peak
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        peak[0] = max(peak[0], _rss_kb())
+
+
 def _delta(after: ClientCounts, before: ClientCounts) -> ClientCounts:
     commits = None
     if after.commits is not None and before.commits is not None:
@@ -119,18 +156,30 @@ async def measure(system: System, server: PgServer, args: argparse.Namespace) ->
     phases: list[Phase] = []
     for turns, in_flight, threads in plan:
         client_before = system.client_counts()
-        wall, latencies, errors = await drive(system, threads, in_flight)
+        rss_before = _rss_kb()
+        cpu_before = time.process_time()
+        async with _rss_peak() as peak:
+            wall, latencies, errors = await drive(system, threads, in_flight)
+        cpu = time.process_time() - cpu_before
         client = _delta(system.client_counts(), client_before)
         connections = await server.connections(system.database)
         await server.settle(args.settle)
         server_after = await server.counters(system.database)
         phases.append(Phase(turns, in_flight, wall, latencies, errors, client,
-                            server_after - server_before, connections))
+                            server_after - server_before, connections, cpu, peak[0],
+                            rss_before))
         server_before = server_after
     sequential, concurrent = phases
+    # Memory of an idle thread: what this process keeps for threads that exist but run
+    # nothing (created, one turn each ended: every thread above is idle now).
+    rss_idle = _rss_kb()
+    idle = await system.new_threads(args.idle_threads)
+    rss_idle_after = _rss_kb()
+    del idle
     samples = [*warm_errors, *burst_errors, *sequential.errors, *concurrent.errors]
     return {
         "sequential": sequential.summary(), "concurrent": concurrent.summary(),
+        "rss_per_idle_thread_kb": max(0.0, rss_idle_after - rss_idle) / args.idle_threads,
         "warmup_errors": len(warm_errors) + len(burst_errors),
         "errors": len(samples), "error_samples": samples[:5],
     }
@@ -162,6 +211,10 @@ _ROWS: list[tuple[str, str, str]] = [
     ("sequential throughput (turns/s)", "sequential", "throughput_tps"),
     ("concurrent throughput (turns/s)", "concurrent", "throughput_tps"),
     ("concurrent p50 / p95 (ms)", "concurrent", "p50_ms/p95_ms"),
+    ("CPU ms/turn, this process (sequential)", "sequential", "cpu_ms_per_turn"),
+    ("CPU ms/turn, this process (concurrent)", "concurrent", "cpu_ms_per_turn"),
+    ("RSS KiB per in-flight turn (concurrent)", "concurrent", "rss_per_in_flight_turn_kb"),
+    ("RSS KiB per idle thread", "", "rss_per_idle_thread_kb"),
     ("SQL statements/turn (client)", "sequential", "statements_per_turn"),
     ("commits/turn (client)", "sequential", "client_commits_per_turn"),
     ("commits/turn (server, sequential)", "sequential", "server_commits_per_turn"),
@@ -178,7 +231,8 @@ def _cell(result: dict[str, Any] | None, phase: str, key: str) -> str:
     if result is None:
         return "-"
     if phase == "":
-        return str(result[key])
+        value = result[key]
+        return f"{value:.2f}" if isinstance(value, float) else str(value)
     if phase == "both":
         return str(result["sequential"][key] + result["concurrent"][key])
     values = [result[phase][k] for k in key.split("/")]
@@ -197,6 +251,10 @@ def evaluate(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float], list
             lg["sequential"]["p50_ms"] / ator["sequential"]["p50_ms"])
         ratios["ator_tps_over_langgraph_tps"] = (
             ator["concurrent"]["throughput_tps"] / lg["concurrent"]["throughput_tps"])
+        ratios["langgraph_cpu_over_ator_cpu_sequential"] = (
+            lg["sequential"]["cpu_ms_per_turn"] / ator["sequential"]["cpu_ms_per_turn"])
+        ratios["langgraph_cpu_over_ator_cpu_concurrent"] = (
+            lg["concurrent"]["cpu_ms_per_turn"] / ator["concurrent"]["cpu_ms_per_turn"])
 
     def check(name: str, value: float | None, ok: bool | None) -> dict[str, Any]:
         status = "SKIP" if ok is None else "PASS" if ok else "FAIL"
@@ -213,8 +271,8 @@ def evaluate(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float], list
               None if statements is None else statements <= MAX_STATEMENTS),
         check(f"ator commits/turn <= {MAX_COMMITS}", commits,
               None if commits is None else commits <= MAX_COMMITS),
-        check(f"ator sequential p50 <= {MAX_P50_RATIO} x LangGraph's (LangGraph/ator >= "
-              f"{1 / MAX_P50_RATIO:g})", p50, None if p50 is None else p50 >= 1 / MAX_P50_RATIO),
+        check(f"LangGraph sequential p50 / ator's >= {MIN_P50_RATIO:g}", p50,
+              None if p50 is None else p50 >= MIN_P50_RATIO),
         check(f"ator concurrent throughput >= {MIN_THROUGHPUT_RATIO:g} x LangGraph's", tps,
               None if tps is None else tps >= MIN_THROUGHPUT_RATIO),
         check("zero errors", errors, errors == 0),
@@ -245,6 +303,11 @@ def render(config: dict[str, Any], results: dict[str, dict[str, Any]],
         lines.append(f"LangGraph p50 / ator p50 = {ratios['langgraph_p50_over_ator_p50']:.2f}   "
                      f"ator / LangGraph concurrent throughput = "
                      f"{ratios['ator_tps_over_langgraph_tps']:.2f}")
+        lines.append("LangGraph CPU/turn / ator CPU/turn = "
+                     f"{ratios['langgraph_cpu_over_ator_cpu_sequential']:.2f} sequential, "
+                     f"{ratios['langgraph_cpu_over_ator_cpu_concurrent']:.2f} concurrent")
+        lines.append(f"load average: {config['load_before']} before, {config['load_after']} "
+                     f"after ({os.cpu_count()} CPUs)")
     for c in checks:
         value = "-" if c["value"] is None else f"{c['value']:.2f}"
         lines.append(f"  {c['status']:<5}{c['check']}  ({value})")
@@ -274,6 +337,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--turns", type=int, default=300, help="sequential turns (default 300)")
     parser.add_argument("--concurrent-turns", type=int, default=1000)
     parser.add_argument("--in-flight", type=int, default=100)
+    parser.add_argument("--idle-threads", type=int, default=2000,
+                        help="threads created after the timed phases to size an idle one")
     parser.add_argument("--pool-size", type=int, default=20,
                         help="ator db_pool_size; LangGraph's pool gets the same bounds")
     parser.add_argument("--only", choices=["ator", "langgraph"])
@@ -289,6 +354,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 async def main(args: argparse.Namespace) -> int:
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     server = await PgServer.start()
     results: dict[str, dict[str, Any]] = {}
     try:
@@ -302,6 +368,8 @@ async def main(args: argparse.Namespace) -> int:
             "in_flight": args.in_flight, "pool_size": args.pool_size,
             "langgraph_durability": args.langgraph_durability, "settle_s": args.settle,
             "warmup_turns": WARMUP_TURNS, "turn_timeout_s": TURN_TIMEOUT,
+            "load_before": load_before,
+            "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         }
         ratios, checks = evaluate(results)
         print(render(config, results, ratios, checks))

@@ -409,6 +409,44 @@ def show(rounds: list[Round]) -> None:
         print("| " + " | ".join(cells) + " |")
     for r in rounds:
         print(f"{r.system} n={r.n}: {json.dumps(r.statuses)} errors {json.dumps(r.error_codes)}")
+    for r in rounds:
+        if r.system == "ator" and r.n:
+            print(f"ator n={r.n}: server CPU {r.server_cpu_s * 1000 / r.n:.2f} ms per turn "
+                  "(load-robust)")
+
+
+# The acceptance targets of a round of 1,000 (issue 26), checked for every n.
+TARGET_ALL_DONE_S = 4.0
+TARGET_POST_P99_MS = 1500.0
+TARGET_START_LAG_P99_MS = 200.0
+TARGET_RATIO = 5.0
+
+
+def checks(rounds: list[Round]) -> list[str]:
+    """Each ator round against the targets, and against LangGraph's of the same n in this
+    same run: `PASS`/`FAIL` lines."""
+    lines = []
+    peers = {r.n: r for r in rounds if r.system == "LangGraph"}
+    for r in rounds:
+        if r.system != "ator":
+            continue
+        found = [
+            (f"all done <= {TARGET_ALL_DONE_S:g} s", r.all_done_s <= TARGET_ALL_DONE_S,
+             f"{r.all_done_s:.2f} s"),
+            ("0 lost, 0 failed", r.lost == 0 and r.failed == 0, f"{r.lost} / {r.failed}"),
+            (f"POST p99 <= {TARGET_POST_P99_MS:g} ms", r.post_p99_ms <= TARGET_POST_P99_MS,
+             f"{r.post_p99_ms:.0f} ms"),
+            (f"start lag p99 <= {TARGET_START_LAG_P99_MS:g} ms",
+             r.start_lag_p99_ms <= TARGET_START_LAG_P99_MS, f"{r.start_lag_p99_ms:.0f} ms"),
+        ]
+        peer = peers.get(r.n)
+        if peer is not None and r.all_done_s > 0:
+            ratio = peer.all_done_s / r.all_done_s
+            found.append((f"LangGraph all done / ator's >= {TARGET_RATIO:g}",
+                          ratio >= TARGET_RATIO, f"{ratio:.2f}"))
+        for name, ok, value in found:
+            lines.append(f"  {'PASS' if ok else 'FAIL'} n={r.n} {name} ({value})")
+    return lines
 
 
 async def main() -> None:
@@ -425,6 +463,7 @@ async def main() -> None:
     admin = os.environ.get("ATOR_DATABASE_URL")
     if not admin:
         sys.exit("set ATOR_DATABASE_URL to a PostgreSQL server (an admin database URL)")
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     model, model_url = start_model(args.duration)
     rounds: list[Round] = []
     try:
@@ -450,6 +489,10 @@ async def main() -> None:
         model.terminate()
         model.wait(10)
     show(rounds)
+    for line in checks(rounds):
+        print(line)
+    print(f"load average: {load_before} before, "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after ({os.cpu_count()} CPUs)")
     RESULTS.parent.mkdir(exist_ok=True)
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     previous[args.label or time.strftime("%Y-%m-%dT%H:%M:%S")] = [asdict(r) for r in rounds]

@@ -241,7 +241,7 @@ async def test_another_orgs_thread_is_not_found(make_ator) -> None:
             await ator.stop(other, thread.id)
 
 
-async def test_a_one_tool_turn_costs_four_statements_and_four_commits(make_ator) -> None:
+async def test_a_one_tool_turn_costs_three_statements_and_three_commits(make_ator) -> None:
     from ator.providers.scripted import tool_then_answer
 
     provider = tool_then_answer("calculator", {"expression": "6*7"}, "42")
@@ -254,9 +254,9 @@ async def test_a_one_tool_turn_costs_four_statements_and_four_commits(make_ator)
         result = await ator.ask(scope, thread.id, "6*7?", timeout=30)
         after = ator.db.stats.snapshot()
         assert result.text == "42"
-        # submit; start (context + drain + turn + events); step 1 (reply + results);
-        # step 2 (reply + turn end).
-        assert (after[0] - statements, after[1] - commits) == (4, 4)
+        # submit and start in one (insert + context + drain + turn + events); step 1 (reply
+        # + results); step 2 (reply + turn end).
+        assert (after[0] - statements, after[1] - commits) == (3, 3)
 
 
 def _blocking_tool(started: asyncio.Event, release: asyncio.Event) -> Tool:
@@ -308,18 +308,21 @@ async def test_a_stop_during_the_turns_first_statement_is_not_lost(
     """The turn's first statement is slowed down (a gate before the real one) so a stop
     lands while it runs: the stop must be applied as soon as the turn exists."""
     entered, release = asyncio.Event(), asyncio.Event()
-    real_start = turn_store.start_turn
+    real_start = turn_store._start
 
     async def slow_start(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
         entered.set()
         await release.wait()
         return await real_start(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(turn_store, "start_turn", slow_start)
+    # Both ways a turn starts (a post to an idle thread, a drain) run this one statement.
+    monkeypatch.setattr(turn_store, "_start", slow_start)
     provider = GatedProvider()  # would wait forever if the stop were lost
     async with make_ator(providers={"gated": provider}) as ator:
         scope, thread = await new_thread(ator, "gated")
-        await ator.submit(scope, thread.id, "work")
+        # To an idle thread the submit is the turn's first statement: it returns once that
+        # statement committed, so it is left running here.
+        posting = asyncio.create_task(ator.submit(scope, thread.id, "work"))
         await asyncio.wait_for(entered.wait(), 10)
         await ator.stop(scope, thread.id)
         handle = ator.actor.running[thread.id]
@@ -329,6 +332,8 @@ async def test_a_stop_during_the_turns_first_statement_is_not_lost(
             await asyncio.sleep(0)
         assert handle.reason == "user" and not handle.started
         release.set()
+        _item, created = await posting
+        assert created
         event = await wait_for_event(ator, scope, thread.id, ended)
         assert event.data["stop_reason"] == "cancelled:user"
         assert provider.requests == []  # stopped before the first model call

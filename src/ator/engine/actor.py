@@ -6,6 +6,15 @@ engine; imports coord, store, engine.turn).
            ─► (one local pump per thread) claim: take the lease and the mark, one step
            ─► run a turn ─► release unless marked again (one step; marked: run another)
            ─► slot to the next thread
+    post   ─► (no pump here, a free slot) claim ─► the INSERT *is* the turn's start
+              statement (`store.turns.post_turn`) ─► run it ─► … as a pump; lease held
+              elsewhere (busy) or nothing inserted (a resend): submit as above
+
+A post to an idle thread is one statement where a submit and a wake are two commits: it
+keeps the mailbox's guarantees because the insert is the same unique-per-client-id insert
+(a resend inserts nothing and runs nothing), it commits with the turn that takes it (no
+moment where it is accepted but not taken, so a crash loses nothing), and what arrives while
+the lease is held still goes the submit way and becomes the next turn.
 
 The mark closes the race between "drained nothing" and "released": a message that arrives
 in between finds the lease taken, but its mark is taken by the pump's atomic "release unless
@@ -25,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from uuid import UUID
 
 from ator import jsonenc
@@ -33,10 +42,12 @@ from ator.coord.base import Coordinator
 from ator.coord.listen import listen_forever
 from ator.engine.admission import Admission
 from ator.engine.liveness import Heartbeats, Lease
-from ator.engine.turn import TurnHandle, TurnRunner
+from ator.engine.turn import Posting, TurnHandle, TurnRunner
 from ator.engine.wire import ABORT_CHANNEL
 from ator.obs.logging import get_logger
 from ator.store.database import Database
+from ator.store.mailbox import Post
+from ator.store.records import MailboxItem
 from ator.store.scope import Scope
 
 __all__ = ["Actor", "Wakes", "lease_key"]
@@ -62,8 +73,20 @@ class Wakes:
         self.lease_ttl = lease_ttl
         self._local: Callable[[Scope, UUID], None] | None = None
 
-    def serve(self, local: Callable[[Scope, UUID], None]) -> None:
+        self._post: Callable[[Scope, UUID, Post], Awaitable[MailboxItem | None]] | None = None
+
+    def serve(self, local: Callable[[Scope, UUID], None],
+              post: Callable[[Scope, UUID, Post], Awaitable[MailboxItem | None]] | None = None,
+              ) -> None:
         self._local = local
+        self._post = post
+
+    async def post(self, scope: Scope, thread_id: UUID, post: Post) -> MailboxItem | None:
+        """Start the idle thread's turn with `post` in one statement (`Actor.post`): the
+        item, or None when it was not taken that way (submit it then)."""
+        if self._post is None:
+            return None
+        return await self._post(scope, thread_id, post)
 
     async def notify(self, scope: Scope, thread_id: UUID) -> None:
         """A new item is in the mailbox: make sure some replica runs the thread."""
@@ -83,7 +106,7 @@ class Actor:
         lease_ttl: float, max_in_flight: int = 1000, wakes: Wakes | None = None,
     ) -> None:
         self.wakes = wakes or Wakes(coord, lease_ttl)
-        self.wakes.serve(self.wake)
+        self.wakes.serve(self.wake, self.post)
         self.db = db
         self.coord = coord
         self.runner = runner
@@ -146,6 +169,18 @@ class Actor:
         """A new item is in the mailbox: make sure some replica runs the thread."""
         await self.wakes.notify(scope, thread_id)
 
+    async def post(self, scope: Scope, thread_id: UUID, post: Post) -> MailboxItem | None:
+        """Take `post` for an idle thread here, its insert being the start of the turn that
+        takes it: the item once that statement committed. None when not taken that way —
+        this replica is closing, runs the thread's pump already, has no free slot, another
+        replica holds the lease, or the insert did nothing (a resend): then submit it.
+        Raises what the start statement raised (NotFound for another org's thread)."""
+        if self._closing or thread_id in self._pumps or not self.admission.take():
+            return None
+        posting = Posting(post)
+        self._start_pump(scope, thread_id, False, posting)
+        return await posting.result
+
     def wake(self, scope: Scope, thread_id: UUID, *, force: bool = False) -> None:
         """Run the thread here if no local pump does. `force` runs one drain even without a
         mark (the reaper's sweep of items nobody picked up)."""
@@ -159,9 +194,10 @@ class Actor:
         if self.admission.enter(scope, thread_id, force=force):
             self._start_pump(scope, thread_id, force)
 
-    def _start_pump(self, scope: Scope, thread_id: UUID, force: bool) -> None:
+    def _start_pump(self, scope: Scope, thread_id: UUID, force: bool,
+                    posting: Posting | None = None) -> None:
         task = asyncio.create_task(
-            self._pump(scope, thread_id, force), name=f"ator-pump-{thread_id}"
+            self._pump(scope, thread_id, force, posting), name=f"ator-pump-{thread_id}"
         )
         self._pumps[thread_id] = task
         task.add_done_callback(lambda _t: self._pump_ended(thread_id))
@@ -193,7 +229,8 @@ class Actor:
         if handle is not None:
             handle.stop(str(data.get("reason", "user")))
 
-    async def _pump(self, scope: Scope, thread_id: UUID, force: bool) -> None:
+    async def _pump(self, scope: Scope, thread_id: UUID, force: bool,
+                    posting: Posting | None = None) -> None:
         token = f"{self.owner}:{uuid.uuid4().hex[:12]}"
         key = lease_key(thread_id)
         mark = _mark_key(thread_id)
@@ -209,8 +246,9 @@ class Actor:
             try:
                 more = more or force
                 while not self._closing:
-                    if more:
-                        await self._one_turn(scope, thread_id, lease)
+                    if more or posting is not None:
+                        await self._one_turn(scope, thread_id, lease, posting)
+                        posting = None
                     # A submit that found the lease taken left its mark: it is seen here,
                     # atomically with the release, so it is never left with nobody to run it.
                     more = await self.coord.release_unless_marked(key, token, mark)
@@ -222,12 +260,19 @@ class Actor:
                     await self.coord.release(key, token)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
+            if posting is not None and not posting.result.done():
+                posting.fail(exc)  # the poster hears it (before its statement committed)
+                return
             # Postgres or the coordinator failed; the items stay pending and the reaper's
             # sweep wakes the thread again.
             log.exception("thread pump failed")
+        finally:
+            if posting is not None:
+                posting.taken(None)  # not taken here (busy elsewhere, closing): submit it
 
-    async def _one_turn(self, scope: Scope, thread_id: UUID, lease: Lease) -> bool:
+    async def _one_turn(self, scope: Scope, thread_id: UUID, lease: Lease,
+                        posting: Posting | None = None) -> bool:
         def on_start(handle: TurnHandle) -> None:
             # Until the turn's row exists (its first statement may wait under load) the
             # heartbeat only extends the lease: a missing row then means "not yet".
@@ -236,7 +281,7 @@ class Actor:
             self.heartbeats.add(lease, handle)
 
         try:
-            return await self.runner.run(scope, thread_id, on_start)
+            return await self.runner.run(scope, thread_id, on_start, posting)
         finally:
             self._running.pop(thread_id, None)
             self.heartbeats.discard(lease.key)

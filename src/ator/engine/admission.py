@@ -59,6 +59,14 @@ class Admission:
         self._waiting[thread_id] = Admitted(scope, thread_id, force)
         return False
 
+    def take(self) -> bool:
+        """Take a free slot now (True), or nothing: never queues, and never goes ahead of
+        threads already waiting."""
+        if self._active < self.limit and not self._waiting:
+            self._active += 1
+            return True
+        return False
+
     def leave(self) -> Admitted | None:
         """Give a slot back; returns the next queued thread, which now holds that slot."""
         if self._waiting:

@@ -55,11 +55,16 @@ class Asks:
         self.wakes = wakes
         self.lease_ttl = lease_ttl
 
-    async def _submit(self, scope: Scope, thread_id: UUID, text: str,
-                      cmid: str) -> tuple[MailboxItem, bool]:
-        item, created = await mailbox_store.submit(
-            self.db, scope, thread_id, client_message_id=cmid, kind="message",
-            content={"role": "user", "content": [{"type": "text", "text": text}]})
+    async def submit(self, scope: Scope, thread_id: UUID, text: str,
+                     cmid: str) -> tuple[MailboxItem, bool]:
+        """Put a user message in the thread's mailbox and have it run: (item, created).
+        To an idle thread this is one statement, the turn's start (`Actor.post`);
+        otherwise the insert, then a wake. A resend (same `cmid`) runs nothing."""
+        post = mailbox_store.Post.message(scope, cmid, text)
+        taken = await self.wakes.post(scope, thread_id, post)
+        if taken is not None:
+            return taken, True
+        item, created = await mailbox_store.submit_post(self.db, scope, thread_id, post)
         if created:
             await self.wakes.notify(scope, thread_id)
         return item, created
@@ -74,7 +79,7 @@ class Asks:
         # learned from them (or from the message's own event after a silence).
         async with ThreadFollow(self.db, self.coord, scope, thread_id,
                                 after_seq=None) as reader:
-            item, _created = await (submit or self._submit)(scope, thread_id, text,
+            item, _created = await (submit or self.submit)(scope, thread_id, text,
                                                             client_message_id)
             follow = TurnFollow(str(item.id))
             while not follow.done:

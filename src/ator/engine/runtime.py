@@ -54,7 +54,6 @@ from ator.security.limits import check_message, refuse
 from ator.security.redact import restore_redacted
 from ator.settings import Settings
 from ator.store import events as event_store
-from ator.store import mailbox as mailbox_store
 from ator.store import setups as setup_store
 from ator.store import threads as thread_store
 from ator.store import tree as tree_store
@@ -419,13 +418,7 @@ class Ator:
         check_message(text, client_message_id)  # the one rule, whatever the transport
         cmid = client_message_id or uuid.uuid4().hex
         async with self._ingest:
-            item, created = await mailbox_store.submit(
-                self.db, scope, thread_id, client_message_id=cmid, kind="message",
-                content={"role": "user", "content": [{"type": "text", "text": text}]},
-            )
-        if created:
-            await self.actor.notify(scope, thread_id)
-        return item, created
+            return await self.engine.asks.submit(scope, thread_id, text, cmid)
 
     async def busy(self, thread_id: UUID) -> bool:
         """Whether some replica holds the thread's lease (a turn is running)."""

@@ -17,7 +17,7 @@ from ator.agent.extension import Extension, Kernel, TurnField
 __all__ = ["TracingExtension", "TurnTrace"]
 
 # The first traceparent among the items taken, in the order they become events.
-_FIRST_PARENT = ("(array_agg(d.traceparent ORDER BY d.created_at, d.id)"
+_FIRST_PARENT = ("(array_agg(d.traceparent ORDER BY d.src, d.created_at, d.id)"
                  " FILTER (WHERE d.traceparent IS NOT NULL))[1]")
 
 

@@ -44,27 +44,51 @@ from ator.engine.config import FrozenConfig, freeze
 from ator.engine.context_policy import ContextPolicy
 from ator.engine.publish import Publisher
 from ator.engine.steps import StepWriter, TurnLost
-from ator.errors import AtorError
+from ator.errors import AtorError, CoordinationError
 from ator.obs import tracing
 from ator.obs.logging import get_logger
 from ator.obs.metrics import Metrics
 from ator.providers.base import Usage
 from ator.providers.registry import ProviderRegistry
 from ator.security.crypto import MasterKey
+from ator.store import mailbox as mailbox_store
 from ator.store import provider_state
 from ator.store import secrets as secret_store
 from ator.store import turns as turn_store
 from ator.store.database import Database
 from ator.store.events import HISTORY_KINDS
-from ator.store.records import Event
+from ator.store.records import Event, MailboxItem
 from ator.store.scope import Scope
 from ator.tools.base import ToolContext
 from ator.tools.results import StoredResults
 from ator.tools.toolset import Toolset, TurnTools
 
-__all__ = ["TurnHandle", "TurnRunner"]
+__all__ = ["Posting", "TurnHandle", "TurnRunner"]
 
 log = get_logger("ator.engine.turn")
+
+
+@dataclass
+class Posting:
+    """A message posted to an idle thread whose lease is held: the statement that starts
+    its turn inserts it (`store.turns.post_turn`). `result` resolves once that statement
+    has committed, with the item, or None when nothing was inserted (a resend, a thread in
+    the trash: the poster then answers as `mailbox.submit` does); or with its error."""
+
+    post: mailbox_store.Post
+    result: asyncio.Future[MailboxItem | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def taken(self, item: MailboxItem | None) -> None:
+        if not self.result.done():
+            self.result.set_result(item)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.result.done():
+            return
+        if isinstance(exc, asyncio.CancelledError):  # the poster was not cancelled: say so
+            exc = CoordinationError("the turn was cut off while starting; resend the message")
+        self.result.set_exception(exc)
 
 
 @dataclass
@@ -141,9 +165,12 @@ class TurnRunner:
         self.cap_groups = tuple(cap_groups)
 
     async def run(
-        self, scope: Scope, thread_id: UUID, on_start: Callable[[TurnHandle], None]
+        self, scope: Scope, thread_id: UUID, on_start: Callable[[TurnHandle], None],
+        posting: Posting | None = None,
     ) -> bool:
-        """Run one turn if anything is pending; False when the mailbox was empty."""
+        """Run one turn if anything is pending (or `posting` is inserted); False when
+        nothing was. A posting's `result` is resolved as soon as the start statement
+        committed (or failed), before the turn runs."""
         turn_id = uuid.uuid4()
         token_org = org_id_var.set(str(scope.org_id))
         token_turn = turn_id_var.set(str(turn_id))
@@ -155,9 +182,19 @@ class TurnRunner:
             assert task is not None
             handle = TurnHandle(turn_id, task)
             on_start(handle)  # from here a stop is kept, and applied once the turn exists
-            start, started = await turn_store.start_turn(
-                self.db, scope, thread_id, turn_id, owner=self.owner, columns=self._columns,
-                item_columns=self._item_columns)
+            if posting is None:
+                start, started = await turn_store.start_turn(
+                    self.db, scope, thread_id, turn_id, owner=self.owner,
+                    columns=self._columns, item_columns=self._item_columns)
+            else:
+                try:
+                    start, started, posted = await turn_store.post_turn(
+                        self.db, scope, thread_id, turn_id, posting.post, owner=self.owner,
+                        columns=self._columns, item_columns=self._item_columns)
+                except BaseException as exc:
+                    posting.fail(exc)
+                    raise
+                posting.taken(posted)
             if not started:
                 return False
             extras = self._extras(start)

@@ -13,6 +13,7 @@ work that no replica picked up (the replica that took the message died before ru
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -26,7 +27,8 @@ from ator.store.records import MailboxItem
 from ator.store.schema import mailbox
 from ator.store.scope import Scope
 
-__all__ = ["notify", "pending_notices", "pending_threads", "submit"]
+__all__ = ["Post", "existing", "item_from_record", "notify", "pending_notices",
+           "pending_threads", "submit", "submit_post"]
 
 
 _SUBMIT = sa.text("""
@@ -40,7 +42,34 @@ RETURNING *
 """)
 
 
-def _item_from_record(r: Any) -> MailboxItem:
+@dataclass(frozen=True, slots=True)
+class Post:
+    """An item to insert: by `submit` alone, or by the statement that starts a turn of an
+    idle thread with it (`store.turns.post_turn`), under the same unique client id."""
+
+    client_message_id: str
+    kind: str
+    content: dict[str, Any]
+    sender: UUID | None
+    # The trace of the request posting it: the replica running the turn continues it.
+    traceparent: str | None = None
+    id: UUID = field(default_factory=uuid.uuid4)
+
+    @classmethod
+    def message(cls, scope: Scope, client_message_id: str, text: str) -> Post:
+        """A user's text message, sent by the scope's user, in the current trace."""
+        return cls(client_message_id, "message",
+                   {"role": "user", "content": [{"type": "text", "text": text}]},
+                   scope.user_id, tracing.traceparent())
+
+    def params(self, scope: Scope, thread_id: UUID) -> dict[str, Any]:
+        return {"id": self.id, "org_id": scope.org_id, "thread_id": thread_id,
+                "cmid": self.client_message_id, "kind": self.kind, "sender": self.sender,
+                "content": jsonenc.dumps(self.content), "traceparent": self.traceparent}
+
+
+def item_from_record(r: Any) -> MailboxItem:
+    """A MailboxItem from a mailbox row as a record (`RETURNING *`)."""
     return MailboxItem(
         r["id"], r["thread_id"], r["client_message_id"], r["kind"], r["content"], r["sender"],
         r["turn_id"], r["created_at"],
@@ -73,38 +102,44 @@ async def submit(
     False. Raises NotFound when the thread is not this org's or is in the trash, and
     Conflict (`idempotency_conflict`) when the first item differs in kind, content or
     sender."""
-    params = {
-        "id": uuid.uuid4(), "org_id": scope.org_id, "thread_id": thread_id,
-        "cmid": client_message_id, "kind": kind, "sender": scope.user_id,
-        "content": jsonenc.dumps(content),
-        # The trace of the request posting it: the replica running the turn continues it.
-        "traceparent": tracing.traceparent(),
-    }
-    rows = await db.fetch(_SUBMIT, params, write=True)
+    return await submit_post(db, scope, thread_id, Post(
+        client_message_id, kind, content, scope.user_id, tracing.traceparent()))
+
+
+async def submit_post(db: Database, scope: Scope, thread_id: UUID,
+                      post: Post) -> tuple[MailboxItem, bool]:
+    """`submit` of a built `Post`."""
+    rows = await db.fetch(_SUBMIT, post.params(scope, thread_id), write=True)
     if rows:
-        return _item_from_record(rows[0]), True
-    # A resend (or a missing thread): return the item already there.
-    existing = first(
+        return item_from_record(rows[0]), True
+    return await existing(db, scope, thread_id, post), False
+
+
+async def existing(db: Database, scope: Scope, thread_id: UUID, post: Post) -> MailboxItem:
+    """The item already there under the post's client id (a resend). Raises NotFound when
+    there is none (the thread is not this org's or is in the trash), Conflict
+    (`idempotency_conflict`) when it differs from the post in kind, content or sender."""
+    found = first(
         await db.read(
             sa.select(mailbox).where(
                 mailbox.c.thread_id == thread_id,
                 mailbox.c.org_id == scope.org_id,
-                mailbox.c.client_message_id == client_message_id,
+                mailbox.c.client_message_id == post.client_message_id,
             )
         )
     )
-    if existing is None:
+    if found is None:
         raise NotFound("thread not found")
     # No race: ON CONFLICT waited for the row that blocked the INSERT to commit, this read
     # (a new statement, so a new snapshot) sees it, and a mailbox row's kind, content and
     # sender never change after it is written.
-    if (existing.kind, existing.content, existing.sender) != (kind, content, scope.user_id):
+    if (found.kind, found.content, found.sender) != (post.kind, post.content, post.sender):
         raise Conflict(
-            f"client_message_id {client_message_id!r} was already used for a different "
+            f"client_message_id {post.client_message_id!r} was already used for a different "
             "message in this thread",
             code="idempotency_conflict",
         )
-    return _item(existing), False
+    return _item(found)
 
 
 async def pending_threads(

@@ -7,7 +7,9 @@ A turn costs few round trips by design (each is measured in tests and bench/):
                     force (org policy, thread instructions, their versions) + prior
                     history (from the latest compaction on), drain *all* pending mailbox
                     items (FOR UPDATE SKIP LOCKED), insert the turn, append `turn_started`
-                    and the items as events.
+                    and the items as events. `post_turn` is the same statement that also
+                    inserts the message being posted (to an idle thread): its mailbox
+                    commit and its turn's start are one.
 2. `write_step`     one write per persistence point: events + turn usage/heartbeat
                     (+ model_calls row + org month usage) (+ finishing the turn).
 
@@ -38,8 +40,9 @@ from ator.store.ledger import (
     SETTLE_USAGE_SET,
     TURN_SHARD,
 )
+from ator.store.mailbox import Post
 from ator.store.parts import PartSql, StepPart, compose
-from ator.store.records import Event, Turn
+from ator.store.records import Event, MailboxItem, Turn
 from ator.store.schema import turns
 from ator.store.scope import Scope
 
@@ -56,6 +59,7 @@ __all__ = [
     "TurnStart",
     "get_turn",
     "list_turns",
+    "post_turn",
     "reap_lost_turns",
     "start_statement",
     "start_turn",
@@ -92,18 +96,21 @@ WITH _ctx AS (
                  FOR UPDATE SKIP LOCKED)
      AND EXISTS (SELECT 1 FROM _ctx)
   RETURNING id, client_message_id, kind, content, sender, created_at, traceparent
+){{posted}}, _taken AS (
+  -- What this turn takes: the pending items, then the one posted with it (if any).
+  SELECT 0 AS src, * FROM _drained{{posted_union}}
 ), _turn AS (
   -- The config snapshot is frozen from _ctx by the engine and written with the first step.
   INSERT INTO turns (id, org_id, thread_id, status, config_snapshot, config_hash, owner)
   SELECT :turn_id, :org_id, :thread_id, 'running', '{{}}'::jsonb, '', :owner
-   WHERE EXISTS (SELECT 1 FROM _drained)
+   WHERE EXISTS (SELECT 1 FROM _taken)
   RETURNING id
 ), _stale AS (
   -- We hold the thread's lease, so a turn still marked running here lost its owner.
   UPDATE turns SET status = 'lost', stop_reason = 'error:lost', ended_at = now(),
                    error = 'owner lost its lease'
    WHERE thread_id = :thread_id AND org_id = :org_id AND status = 'running'
-     AND EXISTS (SELECT 1 FROM _drained)
+     AND EXISTS (SELECT 1 FROM _taken)
   RETURNING id
 ), _parts AS (
   SELECT 0 AS grp, 0::bigint AS sub, 'turn_ended' AS kind,
@@ -119,10 +126,10 @@ WITH _ctx AS (
                             'parent_id', (SELECT parent_id::text FROM _ctx),
                             'root_id', (SELECT root_id::text FROM _ctx))
   UNION ALL
-  SELECT 2, row_number() OVER (ORDER BY created_at, id), kind,
+  SELECT 2, row_number() OVER (ORDER BY src, created_at, id), kind,
          content || jsonb_build_object('client_message_id', client_message_id,
                                        'mailbox_id', id::text, 'sender', sender::text)
-    FROM _drained
+    FROM _taken
 ), _items AS (
   SELECT row_number() OVER (ORDER BY grp, sub) AS ord, kind, data FROM _parts
 ), _seq AS (
@@ -142,26 +149,51 @@ SELECT _ctx.*,
           FROM _ev) AS events{{items}}
   FROM _ctx
 """
+# An item posted to an idle thread is inserted already taken by the turn this statement
+# starts (a CTE cannot see a row a sibling CTE inserts, so it is not drained: it is born
+# drained). Its client id is unique per thread as in `mailbox.submit`: a resend inserts
+# nothing, and then only what was pending starts a turn.
+_POSTED = """, _posted AS (
+  INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content, sender,
+                       traceparent, turn_id)
+  SELECT :p_id, t.org_id, t.id, :p_cmid, :p_kind, CAST(:p_content AS jsonb), :p_sender,
+         :p_traceparent, :turn_id
+    FROM threads t
+   WHERE t.id = :thread_id AND t.org_id = :org_id AND t.deleted_at IS NULL
+  ON CONFLICT ON CONSTRAINT uq_mailbox_thread_client DO NOTHING
+  RETURNING id, client_message_id, kind, content, sender, created_at, traceparent
+)"""
+_POSTED_UNION = """
+  UNION ALL SELECT 1, * FROM _posted"""
+_POSTED_SELECT = (",\n       (SELECT id FROM _posted) AS posted_id,"
+                  " (SELECT created_at FROM _posted) AS posted_at")
 
 Columns = Sequence[tuple[str, str]]
-_START_STATEMENTS: dict[tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]],
+_START_STATEMENTS: dict[tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], bool],
                         sa.TextClause] = {}
 
 
-def start_statement(columns: Columns = (), item_columns: Columns = ()) -> sa.TextClause:
+def start_statement(columns: Columns = (), item_columns: Columns = (), *,
+                    posting: bool = False) -> sa.TextClause:
     """The start statement with extensions' columns read as `x_<name>`: `columns` (name,
     select expression over `t` the thread, `s` its setup, `o` its org), and `item_columns`
     (name, aggregate expression over `d`, the mailbox items the turn takes: id,
-    client_message_id, kind, content, sender, created_at, traceparent, in the order
-    `created_at, id`). Built once per shape (the engine's columns are fixed when it is
-    assembled)."""
-    key = (tuple(columns), tuple(item_columns))
+    client_message_id, kind, content, sender, created_at, traceparent, and `src` — 0 for
+    pending items, 1 for the one posted with the turn — in the order `src, created_at, id`).
+    `posting`: the variant that also inserts a posted item (`post_turn`). Built once per
+    shape (the engine's columns are fixed when it is assembled)."""
+    key = (tuple(columns), tuple(item_columns), posting)
     found = _START_STATEMENTS.get(key)
     if found is None:
         extra = "".join(f"({sql}) AS x_{name},\n         " for name, sql in key[0])
-        items = "".join(f",\n       (SELECT {sql} FROM _drained d) AS x_{name}"
+        items = "".join(f",\n       (SELECT {sql} FROM _taken d) AS x_{name}"
                         for name, sql in key[1])
-        found = sa.text(_START_TURN.replace("{columns}", extra).replace("{items}", items))
+        if posting:
+            items += _POSTED_SELECT
+        found = sa.text(_START_TURN.replace("{columns}", extra)
+                        .replace("{posted}", _POSTED if posting else "")
+                        .replace("{posted_union}", _POSTED_UNION if posting else "")
+                        .replace("{items}", items))
         _START_STATEMENTS[key] = found
     return found
 
@@ -205,9 +237,37 @@ async def start_turn(
     since we hold the lease); no events means nothing was pending and no turn was created.
 
     Raises NotFound when the thread is not this org's."""
+    start, events, _ = await _start(db, scope, thread_id, turn_id, owner=owner,
+                                    columns=columns, item_columns=item_columns, post=None)
+    return start, events
+
+
+async def post_turn(
+    db: Database, scope: Scope, thread_id: UUID, turn_id: UUID, post: Post, *, owner: str,
+    columns: Columns = (), item_columns: Columns = (),
+) -> tuple[TurnStart, list[Event], MailboxItem | None]:
+    """`start_turn` that also inserts `post` into the mailbox, taken by the turn it starts:
+    one statement for a message to an idle thread (the caller holds its lease). The third
+    value is the inserted item, None when nothing was inserted (the client id was used
+    before, or the thread is in the trash): then only what was pending, if anything, starts
+    a turn, and the caller answers the post the way `mailbox.submit` does.
+
+    Raises NotFound when the thread is not this org's."""
+    return await _start(db, scope, thread_id, turn_id, owner=owner, columns=columns,
+                        item_columns=item_columns, post=post)
+
+
+async def _start(
+    db: Database, scope: Scope, thread_id: UUID, turn_id: UUID, *, owner: str,
+    columns: Columns, item_columns: Columns, post: Post | None,
+) -> tuple[TurnStart, list[Event], MailboxItem | None]:
     params = {"turn_id": turn_id, "thread_id": thread_id, "org_id": scope.org_id,
               "owner": owner}
-    rows = await db.fetch(start_statement(columns, item_columns), params, write=True)
+    if post is not None:
+        params.update({f"p_{k}": v for k, v in post.params(scope, thread_id).items()
+                       if k not in params})
+    statement = start_statement(columns, item_columns, posting=post is not None)
+    rows = await db.fetch(statement, params, write=True)
     if not rows:
         raise NotFound("thread not found")
     r = rows[0]
@@ -223,7 +283,11 @@ async def start_turn(
         Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
         for e in r["events"]
     ]
-    return ctx, events
+    posted = None
+    if post is not None and r["posted_id"] is not None:
+        posted = MailboxItem(r["posted_id"], thread_id, post.client_message_id, post.kind,
+                             post.content, post.sender, turn_id, r["posted_at"])
+    return ctx, events, posted
 
 
 def _ts(value: Any) -> datetime:
