@@ -143,7 +143,9 @@ async def test_a_turn_whose_start_could_not_be_announced_ends_typed_at_once(
             await lock.start()
             await blocker.execute(
                 "SELECT 1 FROM threads WHERE id = $1 FOR NO KEY UPDATE", thread.id)
-            await ator.submit(scope, thread.id, "work")
+            # A message to an idle thread starts its turn in the same statement (the post
+            # path), so the submit itself waits on the row: it runs beside the test.
+            posting = asyncio.create_task(ator.submit(scope, thread.id, "work"))
             await until_waiting(direct, 15)
             await proxy.cut()
             try:
@@ -151,6 +153,7 @@ async def test_a_turn_whose_start_could_not_be_announced_ends_typed_at_once(
                 [turn] = await _ended(direct, thread.id, 30)
             finally:
                 await proxy.restore()  # for the shutdown: it releases leases
+            await asyncio.wait_for(posting, 15)  # accepted: its turn ended typed
             assert (turn["status"], turn["stop_reason"]) == ("error", "error:coordination")
             assert turn["error"] and turn["reserved_usd"] == 0
             assert provider.calls == 0  # ended before any model call
