@@ -26,7 +26,6 @@ from ator.api import (
     approvals,
     calls,
     catalog,
-    documents,
     instructions,
     keys,
     mcp_servers,
@@ -127,7 +126,7 @@ def create_app(
     install_problem_handlers(app)
     for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
                    mcp_servers, instructions, calls, catalog, webhooks, workflows, schedules,
-                   approvals, analyses, documents, sso):
+                   approvals, analyses, sso):
         app.include_router(module.router)
 
     def mount_extensions(rt: Ator) -> None:

@@ -32,8 +32,6 @@ __all__ = [
     "AnalysisScheduleIn",
     "ApprovalDecisionIn",
     "ApprovalSettingsIn",
-    "DocumentIn",
-    "DocumentVersionIn",
     "KeyIn",
     "McpServerBody",
     "McpServerPatch",
@@ -345,25 +343,3 @@ class AnalysisScheduleIn(_Body):
     cron: str = Field(min_length=1, max_length=100)
     zone: str = Field(default="UTC", min_length=1, max_length=64)
     options: dict[str, Any] = Field(default_factory=dict)
-
-
-_DOCUMENT_TEXT = ("The document's text (UTF-8; at most the operator's "
-                  "ATOR_KNOWLEDGE_DOCUMENT_CHARS characters, 200,000 by default).")
-
-
-class DocumentIn(_Body):
-    """An org document: text or markdown, chunked and searchable once stored."""
-
-    title: str = Field(min_length=1, max_length=500)
-    text: str = Field(min_length=1, max_length=2_000_000, description=_DOCUMENT_TEXT)
-    content_type: str = Field(default="text/markdown", pattern=r"^text/(plain|markdown)$")
-
-
-class DocumentVersionIn(_Body):
-    """A new version: it supersedes the current one everywhere (search reads it alone)."""
-
-    text: str = Field(min_length=1, max_length=2_000_000, description=_DOCUMENT_TEXT)
-    title: str | None = Field(default=None, min_length=1, max_length=500)
-    expected_version: int | None = Field(
-        default=None, ge=1, le=2**31 - 1,
-        description="Refuse (409 version_conflict) unless this is the current version.")

@@ -1,14 +1,16 @@
 """Knowledge as an extension of the engine (layer: knowledge; imports agent.extension, net,
 errors, knowledge.*).
 
-What it contributes: the `Knowledge` service (documents, search, the query log) and the
-native `search_docs` tool. The embedder follows `ATOR_KNOWLEDGE_EMBEDDER`; at start the
-service learns whether the database has pgvector's tables (else search is BM25 alone).
+What it contributes: the `Knowledge` service (documents, search, the query log), the
+native `search_docs` tool and its routes (knowledge.routes). The embedder follows
+`ATOR_KNOWLEDGE_EMBEDDER`; at start the service learns whether the database has pgvector's
+tables (else search is BM25 alone).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ator.agent.extension import Extension, Kernel
 from ator.errors import ConfigError
@@ -51,6 +53,11 @@ class KnowledgeExtension(Extension):
 
     def tools(self) -> Sequence[Tool]:
         return [search_docs_tool(self.knowledge.max_snippets)]
+
+    def routes(self) -> Sequence[Any]:
+        from ator.knowledge.routes import router  # fastapi: only where an HTTP API mounts it
+
+        return (router,)
 
     def services(self) -> Mapping[type, object]:
         return {Knowledge: self.knowledge}

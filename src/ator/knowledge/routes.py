@@ -1,5 +1,6 @@
-"""Org documents and knowledge search (layer: api; imports fastapi, engine.runtime, knowledge
-(the service), api.*).
+"""Org documents and knowledge search (layer: knowledge; imports fastapi, pydantic,
+agent.routes, store.records, knowledge.*), contributed by the knowledge extension
+(`KnowledgeExtension.routes()`).
 
 `/v1/documents`: create (text or markdown), list (oldest first, `limit` + `cursor`), get
 (with the current version's text), a new version (`POST …/versions`, superseding the old
@@ -15,15 +16,39 @@ from typing import Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Response
+from pydantic import Field
 
-from ator.api.auth import get_ator, require
-from ator.api.schemas import DocumentIn, DocumentVersionIn
-from ator.engine.runtime import Ator
-from ator.knowledge import Document, Knowledge, SearchResult
-from ator.knowledge import Query as LoggedQuery
+from ator.agent.routes import Body, require, service
+from ator.knowledge.service import Knowledge, SearchResult
+from ator.store.knowledge import Document
+from ator.store.knowledge import Query as LoggedQuery
 from ator.store.records import Principal
 
+__all__ = ["DocumentIn", "DocumentVersionIn", "router"]
+
 router = APIRouter(prefix="/v1")
+
+
+_DOCUMENT_TEXT = ("The document's text (UTF-8; at most the operator's "
+                  "ATOR_KNOWLEDGE_DOCUMENT_CHARS characters, 200,000 by default).")
+
+
+class DocumentIn(Body):
+    """An org document: text or markdown, chunked and searchable once stored."""
+
+    title: str = Field(min_length=1, max_length=500)
+    text: str = Field(min_length=1, max_length=2_000_000, description=_DOCUMENT_TEXT)
+    content_type: str = Field(default="text/markdown", pattern=r"^text/(plain|markdown)$")
+
+
+class DocumentVersionIn(Body):
+    """A new version: it supersedes the current one everywhere (search reads it alone)."""
+
+    text: str = Field(min_length=1, max_length=2_000_000, description=_DOCUMENT_TEXT)
+    title: str | None = Field(default=None, min_length=1, max_length=500)
+    expected_version: int | None = Field(
+        default=None, ge=1, le=2**31 - 1,
+        description="Refuse (409 version_conflict) unless this is the current version.")
 
 
 def document_view(d: Document) -> dict[str, Any]:
@@ -51,8 +76,8 @@ def query_view(q: LoggedQuery) -> dict[str, Any]:
 
 @router.post("/documents", status_code=201)
 async def create_document(body: DocumentIn, p: Principal = Depends(require("member")),
-                          ator: Ator = Depends(get_ator)) -> dict[str, Any]:
-    made = await ator.service(Knowledge).create(p.scope, title=body.title, body=body.text,
+                          knowledge: Knowledge = Depends(service(Knowledge))) -> dict[str, Any]:
+    made = await knowledge.create(p.scope, title=body.title, body=body.text,
                                                 content_type=body.content_type)
     return document_view(made)
 
@@ -61,22 +86,22 @@ async def create_document(body: DocumentIn, p: Principal = Depends(require("memb
 async def list_documents(limit: int = Query(default=50, ge=1, le=200),
                          cursor: str | None = Query(default=None, max_length=200),
                          p: Principal = Depends(require("viewer")),
-                         ator: Ator = Depends(get_ator)) -> dict[str, Any]:
-    page = await ator.service(Knowledge).documents(p.scope, limit=limit, cursor=cursor)
+                         knowledge: Knowledge = Depends(service(Knowledge))) -> dict[str, Any]:
+    page = await knowledge.documents(p.scope, limit=limit, cursor=cursor)
     return {"data": [document_view(d) for d in page.rows], "next_cursor": page.next_cursor}
 
 
 @router.get("/documents/{document_id}")
 async def get_document(document_id: UUID, p: Principal = Depends(require("viewer")),
-                       ator: Ator = Depends(get_ator)) -> dict[str, Any]:
-    return document_view(await ator.service(Knowledge).get(p.scope, document_id))
+                       knowledge: Knowledge = Depends(service(Knowledge))) -> dict[str, Any]:
+    return document_view(await knowledge.get(p.scope, document_id))
 
 
 @router.post("/documents/{document_id}/versions", status_code=201)
 async def new_version(document_id: UUID, body: DocumentVersionIn,
                       p: Principal = Depends(require("member")),
-                      ator: Ator = Depends(get_ator)) -> dict[str, Any]:
-    made = await ator.service(Knowledge).update(p.scope, document_id, body=body.text,
+                      knowledge: Knowledge = Depends(service(Knowledge))) -> dict[str, Any]:
+    made = await knowledge.update(p.scope, document_id, body=body.text,
                                                 title=body.title,
                                                 expected_version=body.expected_version)
     return document_view(made)
@@ -84,8 +109,8 @@ async def new_version(document_id: UUID, body: DocumentVersionIn,
 
 @router.delete("/documents/{document_id}", status_code=204)
 async def delete_document(document_id: UUID, p: Principal = Depends(require("member")),
-                          ator: Ator = Depends(get_ator)) -> Response:
-    await ator.service(Knowledge).delete(p.scope, document_id)
+                          knowledge: Knowledge = Depends(service(Knowledge))) -> Response:
+    await knowledge.delete(p.scope, document_id)
     return Response(status_code=204)
 
 
@@ -93,8 +118,8 @@ async def delete_document(document_id: UUID, p: Principal = Depends(require("mem
 async def search(q: str = Query(min_length=1, max_length=1000),
                  limit: int | None = Query(default=None, ge=1, le=50),
                  p: Principal = Depends(require("viewer")),
-                 ator: Ator = Depends(get_ator)) -> dict[str, Any]:
-    found = await ator.service(Knowledge).search(p.scope, q, limit=limit, origin="api")
+                 knowledge: Knowledge = Depends(service(Knowledge))) -> dict[str, Any]:
+    found = await knowledge.search(p.scope, q, limit=limit, origin="api")
     return search_view(found)
 
 
@@ -102,7 +127,7 @@ async def search(q: str = Query(min_length=1, max_length=1000),
 async def queries(answered: bool | None = None, limit: int = Query(default=50, ge=1, le=200),
                   cursor: str | None = Query(default=None, max_length=200),
                   p: Principal = Depends(require("viewer")),
-                  ator: Ator = Depends(get_ator)) -> dict[str, Any]:
-    rows, next_cursor = await ator.service(Knowledge).queries(
+                  knowledge: Knowledge = Depends(service(Knowledge))) -> dict[str, Any]:
+    rows, next_cursor = await knowledge.queries(
         p.scope, answered=answered, limit=limit, cursor=cursor)
     return {"data": [query_view(q) for q in rows], "next_cursor": next_cursor}
