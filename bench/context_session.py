@@ -13,6 +13,16 @@ step calls, compaction calls, bytes per step call (mean, p50, max), total bytes 
 USD billed, the cache-hit ratio on the fake's simulated prompt cache, and what the next
 turn's start reads of the thread's history (rows and bytes, of all). Without
 ATOR_DATABASE_URL it starts the embedded PostgreSQL.
+
+Beside the measured cache-hit ratio, the limited run prints the ceiling any compaction can
+reach here (`cache_hit_ceiling`), from the run's own sizes. Every result is new to the
+cache once, when it is first sent. A compaction removes the oldest results, which sit right
+after the fixed prefix P (system and tools), so the request after it reads only P from the
+cache. With at most n whole results of R tokens per request, a cycle is n step calls
+reading P, P+R, ..., P+(n-1)R and one summary call reading at most P+nR, while nR is new:
+ceiling(n) = ((n+1)P + n(n+1)R/2) / ((n+1)P + n(n+1)R/2 + nR). n is measured (results per
+step request under the budget) and also taken at the transport's physical maximum
+(`--limit` bytes, no threshold).
 """
 
 from __future__ import annotations
@@ -77,6 +87,35 @@ def page_tool(size: int) -> Tool:
                               "required": ["n"]}, handler=page)
 
 
+def _ratio(n: int, p: float, r: float) -> float:
+    """The cache-hit ceiling of one compaction cycle (see the module)."""
+    read = (n + 1) * p + n * (n + 1) * r / 2
+    return read / (read + n * r)
+
+
+def cache_hit_ceiling(bodies: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+    """The ceiling of the cache-hit ratio for these step requests (see the module)."""
+    def size(value: Any) -> int:
+        return len(json.dumps(value, separators=(",", ":")))
+
+    fixed = statistics.median(size({k: v for k, v in b.items() if k != "messages"})
+                              for b in bodies)
+    def answers(m: dict[str, Any]) -> bool:
+        return isinstance(m["content"], list) and any(
+            c.get("type") == "tool_result" for c in m["content"])
+
+    # One iteration: the assistant's tool call and the user message with its result.
+    result = statistics.median(size(b["messages"][i - 1]) + size(m) for b in bodies
+                               for i, m in enumerate(b["messages"]) if i and answers(m))
+    per_request = max(sum(1 for m in b["messages"] if answers(m)) for b in bodies)
+    physical = int((limit - fixed) // result)
+    return {"results_per_request": per_request, "fixed_prefix_bytes": int(fixed),
+            "result_bytes": int(result),
+            "ceiling": round(_ratio(per_request, fixed, result), 3),
+            "physical_max_results_per_request": physical,
+            "ceiling_at_physical_max": round(_ratio(physical, fixed, result), 3)}
+
+
 async def session(url: str, data_dir: str, *, iterations: int, size: int,
                   limit: int | None) -> dict[str, Any]:
     settings = Settings(database_url=url, data_dir=data_dir, egress_allow=("127.0.0.1",),
@@ -113,6 +152,9 @@ async def session(url: str, data_dir: str, *, iterations: int, size: int,
         finally:
             await ator.close()
     steps = [len(r.raw) for r in fake.requests if not asks_summary(r.body)]
+    ceiling = (None if limit is None else
+               cache_hit_ceiling([r.body for r in fake.requests if not asks_summary(r.body)],
+                                 limit))
     read = sum(r.cache_read_tokens for r in rows)
     fed = sum(r.input_tokens + r.cache_read_tokens + r.cache_write_tokens for r in rows)
     return {
@@ -128,6 +170,7 @@ async def session(url: str, data_dir: str, *, iterations: int, size: int,
         # Anthropic prompt cache (ator.testing.anthropic_wire.PromptCache).
         "cache_hit_ratio": round(read / fed, 4) if fed else 0.0,
         "over_limit_requests": len(fake.failures),
+        **({} if ceiling is None else {"cache_hit_ceiling": ceiling}),
         "next_turn_start_reads": {"rows": len(start.history),
                                   "bytes": len(json.dumps([e["data"] for e in start.history])),
                                   "of_rows": len(logged),

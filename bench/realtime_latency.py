@@ -135,6 +135,9 @@ class Receiver:
         assert opened.startswith("0"), opened
         await self.ws.send_str("40" + json.dumps({"key": key}))
         answer = await self.ws.receive_str()
+        while answer == "2":  # a ping came first (a slow connect): answer it, read on
+            await self.ws.send_str("3")
+            answer = await self.ws.receive_str()
         if not answer.startswith("40"):
             raise RuntimeError(f"connect refused: {answer}")
         self.reader = asyncio.create_task(self._read())

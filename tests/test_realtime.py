@@ -440,3 +440,30 @@ async def test_a_socket_gone_while_its_join_is_set_up_leaves_no_follow_behind(
         await done.wait()
         # Nothing may go on following the thread for a socket that is gone.
         await until(lambda: gw.feeds.count == 0)
+
+
+async def test_a_websocket_writer_sends_a_burst_in_order_and_ends_with_its_socket(
+    one: Any, clients: Any
+) -> None:
+    """The gateway's WebSocket writer (realtime.outbox) waits without a timer per packet:
+    engine.io's sockets must be the gateway's (a newer engine.io that registers them
+    another way would silently fall back to the slow path), a burst queued at once arrives
+    whole and in order, and the writer ends when the socket goes."""
+    from ator.realtime.outbox import _Socket
+
+    base, ator, _, gw = one
+    scope, _thread = await new_thread(ator, "gated")
+    client = clients()
+    await client.connect(base, await member_key(ator, scope))
+    (sock,) = list(gw.sio.eio.sockets.values())
+    assert type(sock) is _Socket and sock.upgraded
+    for i in range(200):
+        await gw.sio.emit("frame", {"v": 1, "seq": None, "type": "burst", "data": {"i": i}},
+                          to=client.sio.get_sid())
+    await client.until(lambda f: len([x for x in f if x["type"] == "burst"]) >= 200)
+    assert [x["data"]["i"] for x in client.of_type("burst")] == list(range(200))
+    writers = {t for t in asyncio.all_tasks()
+               if getattr(t.get_coro(), "__qualname__", "").endswith("<locals>.writer")}
+    assert writers
+    await client.sio.disconnect()
+    await until(lambda: all(t.done() for t in writers), timeout=10)
