@@ -21,7 +21,10 @@ from tests.faults.rig import Load, Rig, SmallDisk, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
 
-THREADS = 24
+THREADS = 24  # posted to before the disk fills, and again after it is freed
+# Each thread's model calls the tool on the thread's own recorder path in every turn, so a
+# post goes to a thread of its own (made before the disk fills): one turn per path.
+SPARE = 2 * THREADS + int(10.0 / 0.2) + 32
 FULL_FOR = 10.0  # seconds the disk stays full while messages keep coming
 EVERY = 0.2  # seconds between posts while it is full
 UNAVAILABLE = {"database_disk_full", "database_unavailable"}
@@ -33,11 +36,11 @@ async def test_disk_full_then_freed(rig_on_small_disk: tuple[Rig, SmallDisk]) ->
     clients = [rig.client(a), rig.client(b)]
     await rig.budget(clients[0])
     load = Load(rig, delay=0.5)
-    threads = [await load.thread(clients[n % 2]) for n in range(THREADS)]
+    threads = [await load.thread(clients[n % 2]) for n in range(SPARE)]
     answers: Counter[tuple[str, int, str | None]] = Counter()
 
     async def post(phase: str, n: int) -> int:
-        client, thread = clients[n % 2], threads[n % THREADS]
+        client, thread = clients[n % 2], threads[n]
         response = await client.request("POST", f"/v1/threads/{thread}/messages",
                                         json={"text": "go", "client_message_id": uuid.uuid4().hex})
         body = response.json()
@@ -59,7 +62,7 @@ async def test_disk_full_then_freed(rig_on_small_disk: tuple[Rig, SmallDisk]) ->
     filled = disk.fill()
     full_since = time.monotonic()
     n = THREADS // 2
-    while time.monotonic() - full_since < FULL_FOR:
+    while time.monotonic() - full_since < FULL_FOR and n < SPARE - THREADS - 32:
         await post("full", n)
         n += 1
         await asyncio.sleep(EVERY)  # the load's pace, not a synchronization
@@ -72,9 +75,12 @@ async def test_disk_full_then_freed(rig_on_small_disk: tuple[Rig, SmallDisk]) ->
         return await post("freed", k) == 202
 
     freed_at = time.monotonic()
-    await wait_for("a post accepted after the disk was freed", lambda: accepted_again(n), 60)
+    tries = iter(range(n, n + 32))
+    await wait_for("a post accepted after the disk was freed",
+                   lambda: accepted_again(next(tries)), 60, every=2.0)
     back_after = time.monotonic() - freed_at
-    for k in range(n + 1, n + 1 + THREADS):
+    n += 32
+    for k in range(n, n + THREADS):
         assert await post("freed", k) == 202, f"not accepted after the disk was freed: {answers}"
 
     figures = await rig.check(load, deadline=180)
