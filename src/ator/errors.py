@@ -10,6 +10,7 @@
     ├── BudgetExceeded             org monthly budget or a per-turn cap hit (402)
     ├── SecretError                a secret reference cannot be resolved
     ├── CoordinationError          lease/pubsub backend trouble (retryable)
+    ├── DatabaseUnavailable        PostgreSQL cannot take work now: disk full (503, retryable)
     ├── EgressBlocked              the egress guard refused a destination (net/)
     ├── McpError                   an MCP server failed; code says how, `facts` say what
     ├── ProviderError              a model call failed; kind is the typed error_kind
@@ -31,6 +32,7 @@ __all__ = [
     "Conflict",
     "ContextOverflow",
     "CoordinationError",
+    "DatabaseUnavailable",
     "EgressBlocked",
     "Forbidden",
     "McpError",
@@ -142,6 +144,17 @@ class SecretError(AtorError):
 class CoordinationError(AtorError):
     kind = "coordination"
     code = "coordination_unavailable"
+    status = 503
+    retryable = True
+
+
+class DatabaseUnavailable(AtorError):
+    """PostgreSQL refused the work for want of a resource (its disk is full, code
+    `database_disk_full`; out of memory or connections, `database_unavailable`): nothing of
+    the statement was done, and the same request may succeed once it is back."""
+
+    kind = "unavailable"
+    code = "database_unavailable"
     status = 503
     retryable = True
 

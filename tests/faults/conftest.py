@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.rig import Rig, remove, temp_root
+from tests.faults.rig import Rig, SmallDisk, remove, temp_root
 
 _RIGS: list[Rig] = []
 _HERE = Path(__file__).parent.resolve()
@@ -52,6 +52,31 @@ async def rig() -> AsyncIterator[Rig]:
         _RIGS.remove(made)
         await made.aclose()
         remove(root)
+
+
+@pytest.fixture
+async def rig_on_small_disk() -> AsyncIterator[tuple[Rig, SmallDisk]]:
+    """A rig whose PostgreSQL data dir (its WAL included) is a tmpfs of its own, mounted
+    before the server is made: a disk a test can fill and free (needs root, as in CI)."""
+    root = temp_root()
+    made = Rig(root)
+    disk = SmallDisk(root / "pgdata", SMALL_DISK_MB)
+    _RIGS.append(made)
+    try:
+        disk.mount()
+        made.start_servers()
+        yield made, disk
+    finally:
+        _RIGS.remove(made)
+        disk.free()  # a full disk must not keep PostgreSQL from stopping cleanly
+        await made.aclose()
+        disk.unmount()
+        remove(root)
+
+
+# A fresh cluster takes ~41 MB (16 MB of it one WAL segment): room for the migrations, the
+# load and a few more WAL segments before the test fills it.
+SMALL_DISK_MB = 192
 
 
 @pytest.hookimpl(wrapper=True)

@@ -40,8 +40,8 @@ from ator.store.embedded import start_embedded, stop_embedded
 from tests.e2e.client import Client, script_setup
 from tests.e2e.replica import Replica, StartupFailed, bootstrap_key, master_key
 
-__all__ = ["Figures", "Load", "OwnPostgres", "OwnRedis", "Recorder", "Rig", "free_port",
-           "wait_for"]
+__all__ = ["Figures", "Load", "OwnPostgres", "OwnRedis", "Recorder", "Rig", "SmallDisk",
+           "WallClock", "free_port", "wait_for"]
 
 TERMINAL = {"done", "capped", "budget", "refused", "waiting", "stopped", "lost", "error"}
 PRICES = '{"scripted": {"input": "1", "output": "2"}}'  # USD per million tokens
@@ -214,10 +214,12 @@ class Rig:
         self.pg.start()
         self.redis.start()
 
-    def replica(self, name: str, port: int | None = None) -> Replica:
-        """Start (and wait for) one replica; each incarnation has its own owner id."""
+    def replica(self, name: str, port: int | None = None, *,
+                env: dict[str, str] | None = None) -> Replica:
+        """Start (and wait for) one replica; each incarnation has its own owner id. `env`
+        adds to its environment (a fault's, such as `WallClock.env()`)."""
         self.born += 1
-        env = {**self.env(), "ATOR_OWNER_ID": f"{name}#{self.born}"}
+        env = {**self.env(), **(env or {}), "ATOR_OWNER_ID": f"{name}#{self.born}"}
         for attempt in range(3):
             replica = Replica.launch(f"{name}#{self.born}", self.root, env, port)
             try:
@@ -371,6 +373,83 @@ class Load:
                 continue
             raise AssertionError(f"post -> {response.status_code}: {response.text}")
         self.unaccepted += 1
+
+
+class WallClock:
+    """The wall clock of the replicas started with `env()`, moved by `jump` while they run.
+
+    tests/faults/wallclock.c, built here with the system's C compiler and loaded with
+    LD_PRELOAD, offsets what the process reads as the time of day (CLOCK_REALTIME,
+    gettimeofday, time) by the milliseconds in a file it re-reads every 50 ms; monotonic
+    clocks, sleeps and timeouts stay real, as when NTP or an operator steps a clock."""
+
+    SOURCE = Path(__file__).with_name("wallclock.c")
+
+    def __init__(self, root: Path) -> None:
+        self.library = root / "wallclock.so"
+        self.file = root / "wallclock-offset"
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(self.library),
+                        str(self.SOURCE), "-ldl"], check=True, capture_output=True)
+        self.offset = 0.0
+        self.jump(0)
+
+    def env(self) -> dict[str, str]:
+        return {"LD_PRELOAD": str(self.library), "FAULT_WALLCLOCK_FILE": str(self.file)}
+
+    def jump(self, seconds: float) -> None:
+        """Move the clock by `seconds` (negative: back) from where it is now."""
+        self.offset += seconds
+        staged = self.file.with_suffix(".new")
+        staged.write_text(f"{round(self.offset * 1000)}\n")
+        staged.replace(self.file)  # the library never reads half a number
+
+
+class SmallDisk:
+    """A tmpfs of `size_mb` mounted on `path` (PostgreSQL's data dir), filled up to the last
+    byte by `fill()` and freed by `free()`: the database's disk full, for real."""
+
+    def __init__(self, path: Path, size_mb: int) -> None:
+        self.path = path
+        self.size_mb = size_mb
+        self.filler = path / "filler"
+        self.mounted = False
+
+    def mount(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m,mode=0700",
+                        "tmpfs", str(self.path)], check=True, capture_output=True)
+        self.mounted = True
+
+    def free_bytes(self) -> int:
+        stat = os.statvfs(self.path)
+        return stat.f_bavail * stat.f_frsize
+
+    def fill(self) -> int:
+        """Write a file until the disk refuses (ENOSPC); returns the bytes written."""
+        written = 0
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            for size in (1 << 20, 4096, 1):  # to the last byte: a few KiB would let WAL in
+                chunk = b"\0" * size
+                while True:
+                    try:
+                        n = os.write(fd, chunk)
+                    except OSError:
+                        break
+                    written += n
+                    if n < size:
+                        break
+        finally:
+            os.close(fd)
+        return written
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def unmount(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.path)], check=False, capture_output=True)
+            self.mounted = False
 
 
 def temp_root() -> Path:

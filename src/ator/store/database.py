@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.base import Executable
 
-from ator.errors import ConfigError, ValidationFailed
+from ator.errors import ConfigError, DatabaseUnavailable, ValidationFailed
 from ator.settings import Settings
 
 __all__ = ["Database", "Result", "Row", "StatementStats", "applied_migrations", "first",
@@ -118,6 +118,8 @@ class Connection:
             records = await self._conn.fetch(sql, *args)
         except asyncpg.DataError as exc:
             raise _rejected(exc) from exc
+        except asyncpg.InsufficientResourcesError as exc:
+            raise _short_of(exc) from exc
         return Result([Row(r) for r in records])
 
 
@@ -163,6 +165,8 @@ class Database:
             rows: list[asyncpg.Record] = await self.pool.fetch(sql, *[params[n] for n in names])
         except asyncpg.DataError as exc:
             raise _rejected(exc) from exc
+        except asyncpg.InsufficientResourcesError as exc:
+            raise _short_of(exc) from exc
         if write:
             self.stats.commits += 1
         return rows
@@ -189,6 +193,8 @@ class Database:
             records = await self.pool.fetch(sql, *args)
         except asyncpg.DataError as exc:
             raise _rejected(exc) from exc
+        except asyncpg.InsufficientResourcesError as exc:
+            raise _short_of(exc) from exc
         return [Row(r) for r in records]
 
     @asynccontextmanager
@@ -204,8 +210,11 @@ class Database:
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[Connection]:
         """A connection in a transaction that commits on success and rolls back on error."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            yield Connection(self, conn)
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                yield Connection(self, conn)
+        except asyncpg.InsufficientResourcesError as exc:  # at COMMIT (a statement maps its own)
+            raise _short_of(exc) from exc
         self.stats.commits += 1
 
     async def ping(self) -> bool:
@@ -238,6 +247,15 @@ def _rejected(exc: Exception) -> ValidationFailed:
     """A value PostgreSQL cannot store (a NUL in text, NaN in JSON, an out-of-range number)
     is the caller's bad input, not a server fault."""
     return ValidationFailed(f"the database rejected a value: {exc}", code="invalid_value")
+
+
+def _short_of(exc: asyncpg.InsufficientResourcesError) -> DatabaseUnavailable:
+    """PostgreSQL short of a resource (class 53): the request may be tried again later."""
+    if isinstance(exc, asyncpg.DiskFullError):
+        return DatabaseUnavailable("the database's disk is full; try again later",
+                                   code="database_disk_full")
+    return DatabaseUnavailable(f"the database is short of resources ({exc.sqlstate}); "
+                               "try again later")
 
 
 def first(rows: list[Row]) -> Row | None:
