@@ -144,7 +144,7 @@ class Server:
             [sys.executable, "-m", "ator.cli.main", "serve", "--port", str(self.port),
              *self.serve_args], env=env)
         async with httpx.AsyncClient() as client:
-            for _ in range(600):
+            for _ in range(3000):  # a fresh database's migrations on a busy machine
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(self.base + "/readyz")).status_code == 200:
                         return

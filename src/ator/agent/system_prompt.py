@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ator.agent.delegation import DELEGATION_GUIDANCE
-from ator.agent.state import TurnContext
+from ator.agent.state import TurnContext, implementing
 from ator.providers.base import SystemBlock, ToolSpec
 
 __all__ = ["CORE_PROMPT", "DATA_RULE", "Layer", "PromptLayer", "build_system", "prompt_layers"]
@@ -82,7 +82,7 @@ def prompt_layers(turn: TurnContext) -> list[Layer]:
         layers.append(Layer("persona", turn.persona.strip(), turn.persona_version))
     if turn.instructions.strip():
         layers.append(Layer("thread", turn.instructions.strip(), turn.instructions_version))
-    layers.extend(x.prompt_layer() for x in turn.extras.values() if isinstance(x, PromptLayer))
+    layers.extend(x.prompt_layer() for x in implementing(turn.extras.values(), PromptLayer))
     return layers
 
 

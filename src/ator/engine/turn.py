@@ -36,7 +36,7 @@ from ator.agent.history import build_messages
 from ator.agent.hooks import LoopHook
 from ator.agent.loop import Outcome, run_loop
 from ator.agent.single_prompt import SinglePromptHook
-from ator.agent.state import TurnContext, TurnState
+from ator.agent.state import TurnContext, TurnState, implementing
 from ator.context import org_id_var, thread_id_var, turn_id_var
 from ator.cost.prices import Priced, PriceTable
 from ator.engine.budget import BudgetGate
@@ -209,7 +209,7 @@ class TurnRunner:
             try:
                 frozen = freeze(start, engine_version=self.engine_version,
                                 ceilings=self.cap_ceilings, groups=self.cap_groups,
-                                bounds=[b for x in extras.values() if isinstance(x, ToolBounds)
+                                bounds=[b for x in implementing(extras.values(), ToolBounds)
                                         for b in x.tool_bounds()])
                 extras.update(frozen.extra_caps)
                 snapshot = turn_store.Snapshot(frozen.snapshot, frozen.hash)
@@ -371,9 +371,8 @@ class TurnRunner:
 
 
 def _span_parent(extras: dict[type[Any], Any]) -> str | None:
-    for x in extras.values():
-        if isinstance(x, SpanParent):
-            return x.span_parent()
+    for x in implementing(extras.values(), SpanParent):
+        return str(x.span_parent())
     return None
 
 
