@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,10 +16,8 @@ from ator.engine.runtime import Ator
 from ator.errors import Conflict, NotFound, ValidationFailed
 from ator.jobs import JobQueue
 from ator.store import workflows as run_store
-from ator.store.scope import Scope
 from ator.workflows import Workflows
-
-TERMINAL = {"succeeded", "failed", "cancelled"}
+from tests.workflow_util import org, published, recipe, settled
 
 
 @pytest.fixture
@@ -28,37 +25,6 @@ async def runtime(make_ator: Any) -> AsyncIterator[Ator]:
     async with make_ator(job_poll_interval=0.05, job_concurrency=40) as ator:
         await ator.start_jobs()
         yield ator
-
-
-async def org(ator: Ator) -> Scope:
-    made = await ator.create_org(f"org-{uuid.uuid4().hex[:6]}")
-    return Scope(made.id)
-
-
-async def published(ator: Ator, scope: Scope, recipe: dict[str, Any]) -> uuid.UUID:
-    flows = ator.service(Workflows)
-    workflow = await flows.create(scope, f"wf-{uuid.uuid4().hex[:6]}")
-    await flows.publish(scope, workflow["id"], recipe)
-    return uuid.UUID(str(workflow["id"]))
-
-
-async def settled(ator: Ator, scope: Scope, run_id: Any, *, timeout: float = 60.0,
-                  until: set[str] | None = None) -> Any:
-    """Follow the run's event log (no sleeps as synchronization: each read is a query) until
-    its status is in `until` (default: terminal)."""
-    flows = ator.service(Workflows)
-    want = until or TERMINAL
-    deadline = time.monotonic() + timeout
-    while True:
-        run = await flows.run(scope, run_id)
-        if run["status"] in want:
-            return run
-        assert time.monotonic() < deadline, f"run stayed {run['status']}"
-        await asyncio.sleep(0.05)
-
-
-def recipe(*steps: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"schema": "ator.workflow/v1", "steps": list(steps), **extra}
 
 
 async def test_a_1000_item_map_of_transforms_completes_each_item_exactly_once(

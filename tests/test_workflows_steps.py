@@ -213,18 +213,22 @@ async def test_a_run_with_no_progress_closes_with_a_typed_reason(
     _ = uuid
 
 
-async def test_every_close_of_a_run_reaches_the_run_end_seam_once(runtime: Ator) -> None:
-    from ator.workflows.extension import WorkflowsExtension
+async def test_every_close_of_a_run_reaches_its_end_parts_once(
+    runtime: Ator, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The one run-end mechanism: the event that ends a run (store/workflows.py's ENDED)
+    # writes the origin's notice, the parent's wake and the `run.ended` webhook, whichever
+    # writer ends it (the reconciler, a cancel, a child's cancel by its parent).
+    from ator.store import webhook_outbox
 
     closes: list[tuple[str, str | None]] = []
+    real = webhook_outbox.run_ended
 
-    class Record:
-        async def closed(self, conn: Any, run_id: Any, org_id: Any, status: str,
-                         reason: str | None) -> None:
-            closes.append((status, reason))
+    async def recorded(conn: Any, run_id: Any, kind: str, data: dict[str, Any]) -> None:
+        closes.append((kind, data.get("reason")))
+        await real(conn, run_id, kind, data)
 
-    [ext] = [e for e in runtime.engine.extensions if isinstance(e, WorkflowsExtension)]
-    ext.run_ends.append(Record())
+    monkeypatch.setattr(webhook_outbox, "run_ended", recorded)
     scope = await org(runtime)
     ok = await _run(runtime, scope, recipe({"id": "a", "type": "transform", "expr": "1"}))
     bad = await _run(runtime, scope, recipe({"id": "a", "type": "transform", "expr": "1"},
@@ -236,4 +240,5 @@ async def test_every_close_of_a_run_reaches_the_run_end_seam_once(runtime: Ator)
     run, _ = await runtime.service(Workflows).start(scope, wf, {})
     await runtime.service(Workflows).cancel(scope, run["id"], "enough")
     assert (ok["status"], bad["fail_reason"]) == ("succeeded", "max_steps")
-    assert closes == [("succeeded", None), ("failed", "max_steps"), ("cancelled", "enough")]
+    assert closes == [("run_succeeded", None), ("run_failed", "max_steps"),
+                      ("run_cancelled", "enough")]

@@ -47,7 +47,9 @@ __all__ = [
 
 PREVIEW_BYTES = 2048
 TERMINAL = ("succeeded", "failed", "cancelled")
-#: The events that end a run: each tells its origin and writes its `run.ended` webhook.
+#: The events that end a run: each tells its origin, wakes its parent and writes its
+#: `run.ended` webhook (`add_event`). This is the one run-end mechanism: every writer that
+#: ends a run appends one of these, in the transaction that ends it.
 ENDED = frozenset({"run_succeeded", "run_failed", "run_cancelled"})
 #: Events that count as progress (the no-progress close measures from the last one).
 PROGRESS = frozenset({"run_started", "run_resumed", "step_done", "step_failed"})

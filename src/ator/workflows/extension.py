@@ -35,7 +35,7 @@ from ator.workflows.live import RunEvents
 from ator.workflows.reconciler import Reconciler
 from ator.workflows.scheduled import BUFFER_ATTEMPTS, SCHEDULED, RunSchedules
 from ator.workflows.service import Workflows
-from ator.workflows.step_types import RunEnd, StepTypes
+from ator.workflows.step_types import StepTypes
 from ator.workflows.steps import StepRunner
 from ator.workflows.told import OPEN_RUNS_SQL, OpenRuns, RunTeller
 from ator.workflows.tools import workflow_tools
@@ -65,8 +65,6 @@ class WorkflowsExtension(Extension):
         ])
         # The queue this extension enqueues on knows its own kinds (their attempts policy).
         queue = JobQueue(kernel.db, self._kinds)
-        # What closes a run also writes these parts, in the same transaction (run_closed).
-        self.run_ends: list[RunEnd] = []
         self.types = StepTypes(builtin_types(asker=kernel.asker,
                                              egress=Egress.from_settings(s),
                                              master_key=kernel.master_key))
@@ -74,12 +72,11 @@ class WorkflowsExtension(Extension):
         # the recipe schema it builds must already know the type).
         self.types.register(SubRun(lambda *a, **k: self.workflows.plan(*a, **k),
                                    s.workflow_max_depth))
-        self.workflows = Workflows(kernel.db, queue, s, kernel.coord, self.types,
-                                   self.run_ends)
+        self.workflows = Workflows(kernel.db, queue, s, kernel.coord, self.types)
         self.reconciler = Reconciler(kernel.db, queue, self.expressions, self.types,
                                      kernel.coord, lease_ttl=s.workflow_lease_ttl,
                                      value_bytes=s.workflow_value_bytes,
-                                     pause_ttl=s.workflow_pause_ttl, ends=self.run_ends)
+                                     pause_ttl=s.workflow_pause_ttl)
         self.steps = StepRunner(kernel.db, queue, self.expressions, self.types)
         self.schedules = RunSchedules(Schedules(kernel.db, self._kinds), self.workflows)
         self.teller = RunTeller(kernel.db, kernel.waker)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -44,7 +43,7 @@ from ator.store.scope import Scope
 from ator.store.workflow_steps import NewStep
 from ator.workflows.expressions import ExpressionError, Expressions
 from ator.workflows.kinds import run_channel, wake
-from ator.workflows.step_types import RunEnd, StepTypes, Tick, run_closed
+from ator.workflows.step_types import StepTypes, Tick
 
 __all__ = ["Reconciler"]
 
@@ -57,9 +56,8 @@ _SHIFT = 30.0  # seconds one reconcile job keeps ticking before it hands over
 class Reconciler:
     def __init__(self, db: Database, queue: JobQueue, expressions: Expressions,
                  types: StepTypes, coord: Coordinator, *, lease_ttl: float, value_bytes: int,
-                 pause_ttl: float, ends: Sequence[RunEnd] = ()) -> None:
+                 pause_ttl: float) -> None:
         self.db = db
-        self.ends = ends
         self.coord = coord
         self.types = types
         self.queue = queue
@@ -130,14 +128,12 @@ class Reconciler:
                 if await run_store.expire_pause(conn, run_id, owner):
                     await run_store.add_event(conn, run_id, "run_cancelled",
                                               {"reason": "pause_expired"}, bump=False)
-                    await run_closed(self.ends, conn, run_id, run.org_id, "cancelled",
-                                     "pause_expired")
                 return run.changes, None, None
             if run.status != "running":
                 return run.changes, None, None
             tick = Tick(conn, scope, run, owner, queue=self.queue,
                         expressions=self.expressions, value_bytes=self.value_bytes,
-                        types=self.types, ends=self.ends)
+                        types=self.types)
             if run.overdue:
                 await tick.fail_run("wall_clock", "the run's wall-clock budget ran out")
                 return run.changes, None, None
@@ -184,4 +180,3 @@ class Reconciler:
             output = outputs.get(run.recipe["steps"][-1]["id"])
         if await run_store.finish(conn, run.id, tick.owner, status="succeeded", output=output):
             await run_store.add_event(conn, run.id, "run_succeeded", {}, bump=False)
-            await run_closed(self.ends, conn, run.id, run.org_id, "succeeded", None)

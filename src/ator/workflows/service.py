@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -35,7 +35,7 @@ from ator.store.scope import Scope
 from ator.store.workflows import NewRun
 from ator.workflows.kinds import wake
 from ator.workflows.recipe import Limits, Recipes, validate_input
-from ator.workflows.step_types import RunEnd, StepTypes, run_closed
+from ator.workflows.step_types import StepTypes
 from ator.workflows.types import builtin_types
 
 __all__ = ["Workflows"]
@@ -43,11 +43,9 @@ __all__ = ["Workflows"]
 
 class Workflows:
     def __init__(self, db: Database, queue: JobQueue, settings: Settings,
-                 coord: Coordinator | None = None, types: StepTypes | None = None,
-                 ends: Sequence[RunEnd] = ()) -> None:
+                 coord: Coordinator | None = None, types: StepTypes | None = None) -> None:
         self.db = db
         self.coord = coord  # where a newly published version is announced
-        self.ends = ends
         self.queue = queue
         self.settings = settings
         self.limits = Limits(settings.workflow_max_steps_ceiling,
@@ -200,7 +198,6 @@ class Workflows:
                     if await run_store.cancel(conn, scope, child, "parent") is not None:
                         await self._changed(conn, scope, child, "run_cancelled",
                                             {"reason": "parent"})
-                await run_closed(self.ends, conn, run_id, row["org_id"], "cancelled", reason)
         return row or await self._refused(scope, run_id, "cancelled", "running or paused")
 
     async def steps(self, scope: Scope, run_id: UUID, *,

@@ -24,11 +24,11 @@ sub-run) registers here and plugs in without editing either.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 from uuid import UUID
 
 from ator.errors import AtorError
@@ -42,8 +42,8 @@ from ator.store.workflows import RunFence
 from ator.workflows.expressions import Expressions
 from ator.workflows.kinds import STEP
 
-__all__ = ["CHILD", "EXPR", "Attempt", "Executable", "Progress", "RunEnd", "StepError",
-           "StepType", "StepTypes", "Tick", "child_schema", "run_closed", "step_schema"]
+__all__ = ["CHILD", "EXPR", "Attempt", "Executable", "Progress", "StepError",
+           "StepType", "StepTypes", "Tick", "child_schema", "step_schema"]
 
 # What looking at a step says: go on to the next step, stop here, or stop and come back then.
 Progress = bool | datetime
@@ -58,34 +58,16 @@ class StepError(AtorError):
     status = 422
 
 
-class RunEnd(Protocol):
-    """Something a feature adds to the transaction that closes a run (a webhook's outbox
-    row, a parent run's wake): called once per close, after the run row became terminal and
-    its closing event was appended, in that same transaction. Register with the extension
-    (`WorkflowsExtension.run_ends`)."""
-
-    async def closed(self, conn: Connection, run_id: UUID, org_id: UUID, status: str,
-                     reason: str | None) -> None: ...
-
-
-async def run_closed(ends: Sequence[RunEnd], conn: Connection, run_id: UUID, org_id: UUID,
-                     status: str, reason: str | None) -> None:
-    """The one place every close of a run (succeeded, failed, cancelled) reaches."""
-    for end in ends:
-        await end.closed(conn, run_id, org_id, status, reason)
-
-
 class Tick:
     """What one reconciler tick works on, and the writes a step type may make in it: all in
     the tick's transaction, under the run row's lock and the reconciler's lease."""
 
-    __slots__ = ("conn", "ends", "expressions", "owner", "queue", "run", "scope", "types",
+    __slots__ = ("conn", "expressions", "owner", "queue", "run", "scope", "types",
                  "value_bytes")
 
     def __init__(self, conn: Connection, scope: Scope, run: RunFence, owner: str, *,
                  queue: JobQueue, expressions: Expressions, value_bytes: int,
-                 types: StepTypes, ends: Sequence[RunEnd] = ()) -> None:
-        self.ends = ends
+                 types: StepTypes) -> None:
         self.types = types
         self.conn = conn
         self.scope = scope
@@ -179,12 +161,10 @@ class Tick:
 
     async def fail_run(self, reason: str, error: str) -> None:
         """End the run `failed` with a typed reason (its one closing transaction is the
-        tick's; whatever else the close writes belongs beside this event)."""
+        tick's; what else a close writes comes with its end event: store/workflows.py)."""
         if await run_store.finish(self.conn, self.run.id, self.owner, status="failed",
                                   fail_reason=reason, error=error):
             await self.event("run_failed", {"reason": reason, "error": error})
-            await run_closed(self.ends, self.conn, self.run.id, self.run.org_id, "failed",
-                             reason)
 
     async def counts(self, parent: UUID) -> dict[str, int]:
         return await step_store.counts(self.conn, parent)
