@@ -83,7 +83,15 @@ async def _child_of(ator: Any, scope: Scope, parent: Any) -> uuid.UUID:
         {"id": child, "o": scope.org_id, "s": parent.setup_id, "p": parent.id})
     result = await ator.ask(scope, child, "sub", timeout=30)
     assert result.stop_reason == "end_turn"
-    return child
+    # The child's result reaches the parent as a notice, which runs a turn of the parent's
+    # after the child's ask returns: the parent's rows are counted once that turn has ended.
+    async with asyncio.timeout(30):
+        while True:
+            kinds = [r.kind for r in await ator.db.read(sa.text(
+                "SELECT kind FROM events WHERE thread_id = :t ORDER BY seq"), {"t": parent.id})]
+            if "notification" in kinds and kinds[-1] == "turn_ended":
+                return child
+            await asyncio.sleep(0.05)
 
 
 def _usage_of(rows: list[dict[str, Any]]) -> dict[str | None, tuple[Any, ...]]:
