@@ -8,6 +8,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -390,3 +391,39 @@ async def test_a_claim_reads_nothing_of_a_backlog_it_cannot_take(db: Database) -
 
 async def _noop(ctx: JobContext, payload: dict[str, Any]) -> None:
     return None
+
+
+async def test_orgs_whose_jobs_all_wait_or_are_at_their_limit_do_not_starve_a_ready_one(
+    db: Database,
+) -> None:
+    # More orgs than a claim's batch whose queued jobs are all due later (a backoff, a
+    # `wait` step), and as many at their per-org limit, sort ahead of an org with a ready
+    # job: every claim took its batch of pairs from them, claimed nothing, kept its cursor,
+    # and the ready job never ran (the end of the suite: workflow runs stayed `running`).
+    from ator.store import jobs as job_store
+
+    kinds = JobKinds([JobKind("free", _noop), JobKind("limited", _noop, per_org_limit=1)])
+    queue = JobQueue(db, kinds)
+    low = "00000000-0000-0000-0000-"
+    for n in range(12):
+        waiting = Scope(uuid.UUID(f"{low}{n:012d}"))
+        later = datetime.now(UTC) + timedelta(hours=1)
+        await queue.enqueue(waiting, "free", run_at=later)
+        await queue.enqueue(waiting, "limited", run_at=later)
+        full = Scope(uuid.UUID(f"{low}{100 + n:012d}"))
+        await queue.enqueue(full, "limited")
+        await queue.enqueue(full, "limited")
+    # The full orgs' first job runs (held by another worker): each is at its limit of 1.
+    held = await job_store.claim_serialized(db, owner="other", kinds=["limited"],
+                                            limits=[1], batch=100, ttl=60, cursor=None)
+    assert len(held) == 12
+    ready = Scope(uuid.UUID("ffffffff-0000-0000-0000-000000000000"))
+    free_id = await queue.enqueue(ready, "free")
+    limited_id = await queue.enqueue(ready, "limited")
+    got = await job_store.claim(db, owner="w", kinds=["free"], limits=[None], batch=4,
+                                ttl=60, cursor=None)
+    assert [j.id for j in got] == [free_id]
+    got = await job_store.claim_serialized(db, owner="w", kinds=["limited"], limits=[1],
+                                           batch=4, ttl=60, cursor=None)
+    assert [j.id for j in got] == [limited_id]
+    await db.pool.execute("DELETE FROM jobs")

@@ -8,7 +8,8 @@ A job row goes queued → running (under a lease: `lease_owner` + `lease_until`,
   queued jobs by skip scan over `ix_jobs_ready`, one walk per kind it serves (a few index
   probes, however many jobs one org has queued, and none at all into the backlog of a kind
   it does not serve: a probe over `kind = ANY(…)` ordered by (kind, org) read every queued
-  job of the kinds between), orders the pairs round-robin from a cursor the worker keeps,
+  job of the kinds between), keeps the pairs that can give a job now (one is ready and the
+  org is under its per-org limit), orders them round-robin from a cursor the worker keeps,
   gives each pair an equal share of the batch (less its per-org limit's running jobs), and
   takes each share with `FOR UPDATE SKIP LOCKED`. One org's 100,000 queued jobs cost the
   claim as much as its one.
@@ -158,6 +159,15 @@ turn AS (
     JOIN unnest(CAST(:kinds AS text[]), CAST(:limits AS int[])) AS l(kind, lim)
       ON l.kind = p.kind
    WHERE p.org_id IS NOT NULL
+     -- Only pairs that can give a job now take a place in the batch: a pair whose queued
+     -- jobs all wait (a backoff, a `wait` step) or that is at its per-org limit would
+     -- claim nothing, and a batch's worth of them ahead of the cursor starved every org
+     -- behind them for good (the cursor moves only on what is claimed).
+     AND EXISTS (SELECT 1 FROM jobs j WHERE j.kind = p.kind AND j.org_id = p.org_id
+                    AND j.state = 'queued' AND j.run_at <= now())
+     AND (l.lim IS NULL OR l.lim > (SELECT count(*) FROM jobs r
+                                     WHERE r.kind = p.kind AND r.org_id = p.org_id
+                                       AND r.state = 'running'))
    ORDER BY p.org_id <= CAST(:cursor AS uuid) NULLS FIRST, p.org_id, p.kind
    LIMIT :batch
 ),
