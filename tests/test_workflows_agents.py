@@ -13,7 +13,7 @@ import pytest
 
 from ator.engine.runtime import Ator
 from ator.store.scope import Scope
-from ator.testing import AnthropicWireFake, Reply, WireUsage
+from ator.testing import AnthropicWireFake, Keepalives, Reply, WireUsage
 from ator.workflows import Workflows
 from tests.workflow_util import org, published, recipe, settled, steps_of
 
@@ -124,3 +124,29 @@ async def test_a_usd_budget_above_the_operator_ceiling_is_refused_at_its_pointer
     wf = await published(runtime, scope, recipe({"id": "a", "type": "transform", "expr": "1"}))
     run, _ = await flows.start(scope, wf, {})
     assert run["usd_budget"] == Decimal(str(runtime.settings.workflow_usd))
+
+
+async def test_concurrent_agent_steps_of_a_map_hold_the_runs_budget_between_them(
+    runtime: Ator,
+) -> None:
+    # Four agent steps of a map start together; each call's worst case is about $0.005
+    # (1,000 output tokens at haiku-4.5 prices) and each reply takes 0.5 s. Checked against
+    # settled spend alone, all four saw $0 spent and went ahead ($0.02 in flight on a
+    # $0.012 budget); holding each call's worst case admits two and refuses the others.
+    script = [Keepalives(reply=Reply(text=f'"r{n}"', usage=WireUsage(100, 100)),
+                         every=0.05, duration=0.5) for n in range(4)]
+    async with AnthropicWireFake(script) as fake:
+        scope = await org(runtime)
+        setup_id = await _setup(runtime, scope, fake)
+        done = await settled(runtime, scope, (await runtime.service(Workflows).start(
+            scope, await published(runtime, scope, recipe(
+                {"id": "m", "type": "map", "over": "[1..4]", "concurrency": 4,
+                 "step": {"type": "agent", "setup_id": setup_id, "prompt": "'go ' & item"}},
+                budget={"usd": 0.012})), {}))[0]["id"])
+        assert (done["status"], done["fail_reason"]) == ("failed", "budget"), done
+        assert len(fake.requests) == 2, len(fake.requests)
+        items = [s for p, s in (await steps_of(runtime, scope, done["id"])).items()
+                 if p.startswith("m/")]
+        refused = [s for s in items if "workflow run's budget" in (s["error"] or "")]
+        assert len(items) == 4 and len(refused) == 2, [s["error"] for s in items]
+        assert Decimal(done["spent_usd"]) <= Decimal("0.012")

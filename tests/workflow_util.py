@@ -36,7 +36,7 @@ async def settled(ator: Ator, scope: Scope, run_id: Any, *, timeout: float = 60.
         run = await flows.run(scope, run_id)
         if run["status"] in want:
             return run
-        assert time.monotonic() < deadline, f"run stayed {run['status']}"
+        assert time.monotonic() < deadline, f"run stayed {run['status']}: {run['error']}"
         await asyncio.sleep(0.05)
 
 

@@ -6,10 +6,11 @@ each of its turns (a per-turn field read in the turn's start statement). It narr
 turn's tools: subagent tools are denied (parallelism inside a workflow is a budgeted
 `map`), and so are the governance tools (`GOVERNANCE`: starting and cancelling runs; no
 tool decides a gate, which a person does over the API). `RunBudget`, a loop hook, checks
-the run's `usd` budget before every model call by the rule of every spend cap
-(`cost.estimate.over_cap`, the subagent tree's too): settled spend of the run's turns plus
-this call's worst case must fit, else the turn ends `budget` before the call, and the
-step's run ends `budget`.
+the run's `usd` budget before every model call: settled spend of the run's turns, what its
+other agent steps hold for the calls they are making, and this call's worst case must fit
+(`store.workflow_threads.hold`, which then holds it), else the turn ends `budget` before
+the call, and the step's run ends `budget`. Concurrent steps of a `map` therefore cannot
+together overshoot the budget: each call is admitted against every call in flight.
 """
 
 from __future__ import annotations
@@ -68,11 +69,15 @@ class RunBudget(LoopHook):
         place = turn.get(WorkflowTurn)
         if place is None or place.usd is None:
             return request
-        spent = await thread_store.run_spend(self.db, Scope(turn.org_id), place.run_id)
         # An unpriced model records 0 and is checked at 0 (the org's ledger fails closed).
         worst = worst_case_usd(self.prices, request.model, request_tokens(request),
                                request.max_tokens) or Decimal(0)
-        why = over_cap("the workflow run's budget", "usd", spent, worst, place.usd)
-        if why is not None:
-            raise StopTurn("budget", why)
+        got = await thread_store.hold(self.db, Scope(turn.org_id), place.run_id,
+                                      turn.turn_id, worst, place.usd)
+        if not got.ok:
+            in_use = got.spent + got.held
+            raise StopTurn("budget", over_cap("the workflow run's budget", "usd", in_use,
+                                              worst, place.usd)
+                           or f"the workflow run's budget: ${in_use} of ${place.usd} is "
+                              f"spent or held by calls in flight")
         return request

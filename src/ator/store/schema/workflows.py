@@ -16,6 +16,7 @@ __all__ = [
     "run_origins",
     "workflow_attempts",
     "workflow_events",
+    "workflow_holds",
     "workflow_runs",
     "workflow_steps",
     "workflow_threads",
@@ -155,6 +156,23 @@ workflow_threads = sa.Table(
     sa.Index("ix_workflow_threads_run", "run_id"),
 )
 
+
+# What each agent step's turn holds of its run's usd budget for the model call it is
+# making (store/workflow_threads.py `hold`, migration 0024): one row per turn, replaced at
+# each call, counted only while the turn runs and has not recorded the call (its cost is
+# still `cost_at`), so a settled, ended or lost turn holds nothing without a sweep.
+workflow_holds = sa.Table(
+    "workflow_holds",
+    metadata,
+    sa.Column("turn_id", UUID(as_uuid=True),
+              sa.ForeignKey("turns.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("run_id", UUID(as_uuid=True),
+              sa.ForeignKey("workflow_runs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("org_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("amount_usd", sa.Numeric(14, 6), nullable=False),
+    sa.Column("cost_at", sa.Numeric(14, 6), nullable=False),
+    sa.Index("ix_workflow_holds_run", "run_id"),
+)
 
 workflow_attempts = sa.Table(
     "workflow_attempts",
