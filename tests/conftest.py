@@ -10,6 +10,7 @@ against both coordinators.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import os
 import shutil
@@ -141,9 +142,35 @@ def settings_factory(database_url: str, tmp_path: Path) -> Callable[..., Setting
 AtorFactory = Callable[..., Any]
 
 
+# Work an earlier test left in the session's database (its runtime closed): jobs still
+# queued or running and enabled schedules. A runtime's worker serves every org's jobs, as
+# it should in production, so without this a test's jobs queue behind whatever earlier
+# tests left behind (calls to fakes that are gone, waiting out their timeouts), and which
+# leftovers a test meets depends on the order the tests ran in.
+_LEFTOVERS = (
+    "UPDATE jobs SET state = 'dead', finished_at = now(), lease_owner = NULL,"
+    " lease_until = NULL, last_error = 'left by an earlier test'"
+    " WHERE state IN ('queued', 'running')",
+    "UPDATE schedules SET enabled = false WHERE enabled",
+)
+
+
+async def _retire_leftovers(database_url: str) -> None:
+    conn = await asyncpg.connect(_plain(database_url))
+    try:
+        for statement in _LEFTOVERS:
+            with contextlib.suppress(asyncpg.UndefinedTableError):  # not migrated yet
+                await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
 @pytest.fixture
-async def make_ator(settings_factory: Callable[..., Settings]) -> AsyncIterator[AtorFactory]:
-    """`async with make_ator(providers={...}, **settings) as ator:` — closed at test end."""
+async def make_ator(settings_factory: Callable[..., Settings],
+                    database_url: str) -> AsyncIterator[AtorFactory]:
+    """`async with make_ator(providers={...}, **settings) as ator:` — closed at test end.
+    What earlier tests left running in the database is retired first (`_LEFTOVERS`)."""
+    await _retire_leftovers(database_url)
     opened: list[Ator] = []
 
     @asynccontextmanager
