@@ -5,7 +5,7 @@ Each `agent` step runs its turns on one thread of its own, bound here once per s
 (`bind`: a retried attempt finds the same thread, so its resend of the same client
 message id follows the turn the first attempt started instead of paying again). A run's
 settled spend is its threads' turns' `cost_usd` (what every model call's step write
-settles), read live so a turn in flight counts its finished calls.
+settles), read live in `hold` so a turn in flight counts its finished calls.
 
 Concurrent agent steps of one run (a `map`) reserve before each call (`hold`): under a
 transaction lock on the run, the call goes ahead only if the settled spend, what the run's
@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from ator.store.database import Database
 from ator.store.scope import Scope
 
-__all__ = ["TURN_SQL", "Hold", "bind", "hold", "run_spend", "thread_of"]
+__all__ = ["TURN_SQL", "Hold", "bind", "hold", "thread_of"]
 
 TURN_SQL = """(SELECT jsonb_build_object('run_id', w.run_id, 'usd', r.usd_budget,
                                   'step_id', w.step_id)
@@ -46,12 +46,6 @@ _BIND = sa.text("""
 INSERT INTO workflow_threads (step_id, run_id, org_id, thread_id)
 VALUES (:step_id, :run_id, :org_id, :thread_id)
 ON CONFLICT (step_id) DO NOTHING RETURNING thread_id
-""")
-
-_SPEND = sa.text("""
-SELECT COALESCE(sum(tu.cost_usd), 0) AS usd
-  FROM workflow_threads w JOIN turns tu ON tu.thread_id = w.thread_id
- WHERE w.run_id = :run_id AND w.org_id = :org_id AND tu.org_id = :org_id
 """)
 
 
@@ -71,12 +65,6 @@ async def bind(db: Database, scope: Scope, step_id: UUID, run_id: UUID,
     found = await thread_of(db, scope, step_id)
     assert found is not None
     return found
-
-
-async def run_spend(db: Database, scope: Scope, run_id: UUID) -> Decimal:
-    """What the run's agent turns have settled so far (calls in flight not included)."""
-    rows = await db.read(_SPEND, {"run_id": run_id, "org_id": scope.org_id})
-    return Decimal(rows[0]["usd"])
 
 
 _RUN_LOCK = sa.text("SELECT pg_advisory_xact_lock(hashtextextended(CAST(:run_id AS text), 24))")
