@@ -155,9 +155,13 @@ pairs(kind, org_id) AS (
     FROM pairs p WHERE p.org_id IS NOT NULL
 ),
 turn AS (
-  SELECT p.kind, p.org_id, l.lim FROM pairs p
+  SELECT p.kind, p.org_id, free.room FROM pairs p
     JOIN unnest(CAST(:kinds AS text[]), CAST(:limits AS int[])) AS l(kind, lim)
       ON l.kind = p.kind
+    -- What the org may still run of a kind with a per-org limit (NULL: no limit).
+    CROSS JOIN LATERAL (SELECT CASE WHEN l.lim IS NOT NULL THEN l.lim - (
+        SELECT count(*) FROM jobs r WHERE r.kind = p.kind AND r.org_id = p.org_id
+                                      AND r.state = 'running') END AS room) free
    WHERE p.org_id IS NOT NULL
      -- Only pairs that can give a job now take a place in the batch: a pair whose queued
      -- jobs all wait (a backoff, a `wait` step) or that is at its per-org limit would
@@ -165,9 +169,7 @@ turn AS (
      -- behind them for good (the cursor moves only on what is claimed).
      AND EXISTS (SELECT 1 FROM jobs j WHERE j.kind = p.kind AND j.org_id = p.org_id
                     AND j.state = 'queued' AND j.run_at <= now())
-     AND (l.lim IS NULL OR l.lim > (SELECT count(*) FROM jobs r
-                                     WHERE r.kind = p.kind AND r.org_id = p.org_id
-                                       AND r.state = 'running'))
+     AND (free.room IS NULL OR free.room > 0)
    ORDER BY p.org_id <= CAST(:cursor AS uuid) NULLS FIRST, p.org_id, p.kind
    LIMIT :batch
 ),
@@ -179,11 +181,7 @@ picked AS (
      WHERE j.kind = turn.kind AND j.org_id = turn.org_id AND j.state = 'queued'
        AND j.run_at <= now()
      ORDER BY j.priority DESC, j.run_at, j.id
-     LIMIT CASE WHEN turn.lim IS NULL THEN share.n
-                ELSE LEAST(share.n, GREATEST(0, turn.lim - (
-                  SELECT count(*) FROM jobs r
-                   WHERE r.kind = turn.kind AND r.org_id = turn.org_id
-                     AND r.state = 'running'))) END
+     LIMIT CASE WHEN turn.room IS NULL THEN share.n ELSE LEAST(share.n, turn.room) END
      FOR UPDATE SKIP LOCKED) c
   LIMIT :batch
 )
