@@ -334,6 +334,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "server_json_encodes_per_delivered_frame": round(spent["json_encodes"] / frames, 3),
             "server_ws_sends_per_delivered_frame": round(spent["ws_sends"] / frames, 3),
             "server_loop_lag_ms": [a["loop_lag_ms"] for a in stats_after],
+            "server_gc_pauses_ms": [a["gc_pauses_ms"] for a in stats_after],
         }
     finally:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)

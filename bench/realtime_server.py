@@ -18,6 +18,7 @@ stats there.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -64,6 +65,16 @@ class Stats:
         self._wrap(jsonenc, "dumps", "json_encodes")
         self._wrap(jsonenc, "encode", "json_encodes")
         self._wrap(engineio.async_drivers.asgi.WebSocket, "send", "ws_sends")
+        self.gc_pauses: list[list[float]] = [[], [], []]  # ms, by generation
+        self._gc_start = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.gc_pauses[info["generation"]].append((time.perf_counter() - self._gc_start)
+                                                      * 1000)
 
     def _wrap(self, owner: Any, name: str, counter: str) -> None:
         fn: Callable[..., Any] = getattr(owner, name)
@@ -94,7 +105,10 @@ class Stats:
         times = os.times()
         figures = {**self.counts, "cpu_s": times.user + times.system,
                    "loop_lag_ms": {"p50": pct(50), "p99": pct(99), "max": pct(100),
-                                   "samples": len(lags)}}
+                                   "samples": len(lags)},
+                   "gc_pauses_ms": [{"count": len(p), "max": round(max(p, default=0.0), 2),
+                                     "total": round(sum(p), 1)} for p in self.gc_pauses]}
+        self.gc_pauses = [[], [], []]
         if PROFILE is not None:  # on from one SIGUSR1 to the next: the streaming only
             self.profiling = not self.profiling
             if self.profiling:
