@@ -19,6 +19,7 @@ edits, never displace what the org decided.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Protocol, runtime_checkable
 
 from ator.agent.delegation import DELEGATION_GUIDANCE
 from ator.agent.state import TurnContext, implementing
+from ator.memo import ByIdentity
 from ator.providers.base import SystemBlock, ToolSpec
 
 __all__ = ["CORE_PROMPT", "DATA_RULE", "Layer", "PromptLayer", "build_system", "prompt_layers"]
@@ -52,7 +54,7 @@ class Layer:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+        return _digest(self.text)
 
     @property
     def meta(self) -> dict[str, object]:
@@ -93,13 +95,28 @@ def build_system(
     block asks for a cache breakpoint: the whole system prompt is one cached prefix."""
     layers = list(layers)
     if tools:
-        listing = "\n".join(f"- {t.name}: {_summary(t.description)}" for t in tools)
+        listing = "\n".join(_LINES.get(t, _line) for t in tools)
         layers.append(Layer("tools", "Your tools:\n" + listing))
     blocks = [
         SystemBlock(f"## {layer.name}\n{layer.text}", name=layer.name, cache=i == len(layers) - 1)
         for i, layer in enumerate(layers)
     ]
     return blocks, [layer.meta for layer in layers]
+
+
+# The same texts come back call after call (the core prompt, a persona, the tools section):
+# each is hashed once while remembered.
+@functools.lru_cache(maxsize=1024)
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# A turn's tool specs are the same objects call after call (toolsets keep them).
+_LINES: ByIdentity[ToolSpec, str] = ByIdentity(4096)
+
+
+def _line(tool: ToolSpec) -> str:
+    return f"- {tool.name}: {_summary(tool.description)}"
 
 
 def _summary(description: str) -> str:

@@ -59,6 +59,7 @@ _VALIDATORS_MAX = 4096
 # same objects turn after turn: their validator and spec are kept by the tool itself, so a
 # turn does not serialize every schema again to find them.
 _BY_TOOL: ByIdentity[Tool, Any] = ByIdentity(4096)
+_JUDGED_MAX = 64
 
 
 def _validator(tool: Tool) -> Draft202012Validator:
@@ -92,6 +93,9 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Draft202012Validator] = {}
+        # A step's calls are judged where hooks decide what to hold and again where they run:
+        # the verdict is kept with the call object (frozen), for the last few calls only.
+        self._judged: dict[int, tuple[ToolCall, str | None]] = {}
         for tool in tools:
             self.add(tool)
 
@@ -131,6 +135,16 @@ class ToolRegistry:
 
     def validate(self, call: ToolCall) -> str | None:
         """The reason a call cannot run, or None when it can."""
+        judged = self._judged.get(id(call))
+        if judged is not None and judged[0] is call:
+            return judged[1]
+        problem = self._problem(call)
+        if len(self._judged) >= _JUDGED_MAX:
+            self._judged.clear()
+        self._judged[id(call)] = (call, problem)
+        return problem
+
+    def _problem(self, call: ToolCall) -> str | None:
         if call.name not in self._tools:
             known = ", ".join(sorted(self._tools)) or "none"
             return f"Unknown tool {call.name!r}. Available tools: {known}."
