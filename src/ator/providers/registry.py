@@ -13,8 +13,9 @@ identical; a cache key never appears in a snapshot or a log.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Hashable, Iterable, Mapping
 from typing import Any
 
 from ator.errors import ConfigError, ValidationFailed
@@ -28,7 +29,7 @@ from ator.providers.config import (
     ProviderConfig,
     parse_provider_config,
 )
-from ator.providers.factory import BuildContext, ProviderFactory, SecretResolver
+from ator.providers.factory import BuildContext, ProviderFactory, Recipe, SecretResolver
 from ator.providers.preload import ensure_loaded, preload
 from ator.settings import Settings
 
@@ -71,6 +72,10 @@ class ProviderRegistry:
         self._settings = settings
         self._egress = egress or Egress.from_settings(settings)
         self._cache = ProviderCache(settings.provider_cache_size)
+        # One build per key at a time: the turns that miss the cache together (a burst on a
+        # fresh process) wait for the same client instead of each building one (an SSL
+        # context, a connection pool) that the next `put` retires at once.
+        self._building: dict[Hashable, asyncio.Future[Provider]] = {}
         self._factories: dict[str, ProviderFactory] = {}
         for factory in (*BUILTIN, *factories):
             self.register_factory(factory)
@@ -167,8 +172,23 @@ class ProviderRegistry:
         key = (name, *recipe.key)
         if (cached := self._cache.get(key)) is not None:
             return cached
+        building = self._building.get(key)
+        if building is None:
+            building = asyncio.ensure_future(self._build(factory, recipe, key))
+            self._building[key] = building
+            building.add_done_callback(lambda done: self._built(key, done))
+        # Shielded: a waiter cancelled (its turn stopped) leaves the build to the others.
+        return await asyncio.shield(building)
+
+    async def _build(self, factory: ProviderFactory, recipe: Recipe,
+                     key: Hashable) -> Provider:
         # The SDK imports in a worker thread, never on the loop (at once once it is loaded,
         # and also for a factory registered after the engine's preload).
         await ensure_loaded(factory.name, factory.preload)
         built = await recipe.build()
         return await self._cache.put(key, built.provider, built.closers)
+
+    def _built(self, key: Hashable, done: asyncio.Future[Provider]) -> None:
+        self._building.pop(key, None)  # a failed build is tried again by the next caller
+        if not done.cancelled():
+            done.exception()  # retrieved here when every waiter went before it ended
