@@ -24,6 +24,7 @@ from typing import Any, Final, Literal, Self
 import httpx2
 import openai
 
+from ator import jsonenc
 from ator.errors import AtorError, ContextOverflow, ProviderError
 from ator.providers.base import (
     KEEPALIVE,
@@ -41,6 +42,7 @@ from ator.providers.base import (
 )
 from ator.providers.retry import retry_after
 from ator.providers.size import request_tokens
+from ator.providers.sse import data_events
 from ator.providers.upstream import (
     Sent,
     connection_error,
@@ -229,13 +231,18 @@ class OpenAIProvider:
         not fit); a stream that ends without a finish_reason is a retryable `protocol` error.
         Closing or cancelling the iterator closes the HTTP response."""
         params = build_params(request, max_tokens_param=self._max_tokens_param)
+        # Encoded here (orjson): the SDK would encode the body with the standard library's
+        # JSON; `content` it sends as it is.
+        body = jsonenc.encode({**params, "stream": True,
+                               "stream_options": {"include_usage": True}})
         try:
-            # The SDK's own request path (auth, errors, SSE decoding, error events), asked for
-            # the chunks as parsed JSON: building a typed model of every chunk cost more CPU
-            # than everything else a streamed turn does (bench/provider_chunks.py).
+            # The SDK's own request path (auth, status errors), its stream read here as bytes:
+            # building a typed model of every chunk cost more CPU than everything else a
+            # streamed turn does (bench/provider_chunks.py), and its SSE decoder and JSON were
+            # most of what was left (bench/scale.py under py-spy).
             sdk_stream = await self._client.post(
                 "/chat/completions",
-                body={**params, "stream": True, "stream_options": {"include_usage": True}},
+                content=body,
                 cast_to=object,
                 options={"security": {"bearer_auth": True}},
                 stream=True,
@@ -250,28 +257,38 @@ class OpenAIProvider:
             Usage(input_tokens=request_tokens(request), reported=False, estimated=True)
         )
         state = _StreamState(model=request.model)
+        response = sdk_stream.response
+        events = data_events(response.aiter_bytes())
         try:
             while True:
                 try:
-                    chunk = await sdk_stream.__anext__()
+                    data = await anext(events)
                 except StopAsyncIteration:
                     break
-                except (
-                    openai.OpenAIError, httpx2.HTTPError, httpx2.StreamError, AtorError
-                ) as exc:
+                except (httpx2.HTTPError, httpx2.StreamError, AtorError) as exc:
                     raise _map_error(exc, self._sent) from exc
+                if data.startswith(b"[DONE]"):
+                    # HTTP/1.1 reuses the connection only once the body is read to its end.
+                    async for _ in events:
+                        pass
+                    break
+                try:
+                    chunk = jsonenc.loads(data)
                 except json.JSONDecodeError as exc:
                     raise ProviderError(
                         f"openai: malformed stream chunk: {exc.msg} at {exc.pos}",
                         kind="protocol",
                         retryable=True,
                     ) from exc
+                if isinstance(chunk, dict) and chunk.get("error"):
+                    raise _stream_error(chunk["error"], self._sent)
                 out = state.handle(chunk)
                 if not out:
                     yield KEEPALIVE
                 for event in out:
                     yield event
         finally:
+            await events.aclose()
             await sdk_stream.close()
         if state.finish_reason is None:
             raise ProviderError(
@@ -433,7 +450,7 @@ def _map_error(exc: Exception, sent: Sent) -> AtorError:
     if isinstance(exc, openai.APIResponseValidationError | httpx2.StreamError):
         return ProviderError("openai: bad response", kind="protocol", retryable=True)
     if isinstance(exc, openai.APIError):
-        return _stream_error(exc, sent)
+        return _stream_error(exc.body, sent)
     return ProviderError(f"openai: {type(exc).__name__}", kind="unknown")
 
 
@@ -487,11 +504,11 @@ def _code(body: Any) -> str | None:
     return str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None
 
 
-def _stream_error(exc: openai.APIError, sent: Sent) -> ProviderError:
+def _stream_error(body: object, sent: Sent) -> ProviderError:
     """An `{"error": ...}` object inside a 200 stream: only its type and code to go by."""
-    log_raw("openai", None, exc.body, sent=sent)
-    error_type, detail = error_fields(exc.body)
-    code = _code(exc.body)
+    log_raw("openai", None, body, sent=sent)
+    error_type, detail = error_fields(body)
+    code = _code(body)
     kind_hint = f"{code or ''} {error_type or ''}".lower()
     message = describe("openai", None, code or error_type, detail, sent=sent)
     if "context_length" in kind_hint or _CONTEXT_OVERFLOW.search(detail or ""):
