@@ -22,6 +22,7 @@ from typing import Any, Final, Self
 import anthropic
 import httpx2
 
+from ator import jsonenc
 from ator.errors import AtorError, ConfigError, ContextOverflow, ProviderError
 from ator.providers.base import (
     KEEPALIVE,
@@ -267,7 +268,7 @@ class AnthropicProvider:
                     yield KEEPALIVE
                     continue
                 try:
-                    data = json.loads(sse.data)
+                    data = jsonenc.loads(sse.data)
                 except json.JSONDecodeError as exc:
                     raise ProviderError(
                         f"anthropic: malformed stream event: {exc.msg} at {exc.pos}",
