@@ -185,20 +185,52 @@ async def measure(system: System, server: PgServer, args: argparse.Namespace) ->
     }
 
 
-async def run_system(name: str, server: PgServer, args: argparse.Namespace,
-                     data_dir: Path) -> dict[str, Any]:
-    system: System
+async def open_system(name: str, server: PgServer, args: argparse.Namespace,
+                      data_dir: Path) -> System:
     if name == "ator":
         url = await server.recreate(AtorSystem.database)
-        system = await AtorSystem.open(url, data_dir / "ator", args.pool_size)
-    else:
-        url = await server.recreate(LangGraphSystem.database)
-        system = await LangGraphSystem.open(url, args.pool_size, args.langgraph_durability)
-    print(f"running {system.name} …", file=sys.stderr, flush=True)
-    try:
-        return await measure(system, server, args)
-    finally:
-        await system.close()
+        return await AtorSystem.open(url, data_dir / "ator", args.pool_size)
+    url = await server.recreate(LangGraphSystem.database)
+    return await LangGraphSystem.open(url, args.pool_size, args.langgraph_durability)
+
+
+async def alternate(systems: dict[str, System], args: argparse.Namespace
+                    ) -> dict[str, dict[str, Any]]:
+    """The systems' latency and throughput measured in alternating rounds, each round a
+    sequential chunk and a concurrent chunk of every system (the order flipped every round):
+    a 2-core machine shared with other work drifts by tens of percent within a minute, and
+    measuring one system's phases a minute after the other's put that drift into the ratio
+    (LangGraph's CPU per turn moved 13.6 -> 8.7 ms between two runs of the same code)."""
+    seq_chunk = max(1, args.turns // args.rounds)
+    conc_chunk = max(1, args.concurrent_turns // args.rounds)
+    plans = {name: [(await s.new_threads(seq_chunk), await s.new_threads(conc_chunk))
+                    for _ in range(args.rounds)] for name, s in systems.items()}
+    latencies: dict[str, list[float]] = {name: [] for name in systems}
+    walls = dict.fromkeys(systems, 0.0)
+    cpu = dict.fromkeys(systems, 0.0)
+    errors: dict[str, list[str]] = {name: [] for name in systems}
+    names = list(systems)
+    for r in range(args.rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            sequential, concurrent = plans[name][r]
+            before = time.process_time()
+            _, lat, errs = await drive(systems[name], sequential, 1)
+            latencies[name] += lat
+            errors[name] += errs
+            wall, _, errs = await drive(systems[name], concurrent, args.in_flight)
+            cpu[name] += time.process_time() - before
+            walls[name] += wall
+            errors[name] += errs
+    out: dict[str, dict[str, Any]] = {}
+    for name in systems:
+        lat = sorted(latencies[name]) or [float("nan")]
+        turns = args.rounds * (seq_chunk + conc_chunk)
+        out[name] = {"rounds": args.rounds, "sequential_turns": len(lat),
+                     "p50_ms": statistics.median(lat),
+                     "throughput_tps": args.rounds * conc_chunk / walls[name],
+                     "cpu_ms_per_turn": cpu[name] * 1000 / turns,
+                     "errors": len(errors[name]), "error_samples": errors[name][:5]}
+    return out
 
 
 # Report ---------------------------------------------------------------------------------
@@ -223,6 +255,9 @@ _ROWS: list[tuple[str, str, str]] = [
     ("WAL fsyncs/turn (concurrent)", "concurrent", "wal_fsyncs_per_turn"),
     ("server connections after concurrent", "concurrent", "connections"),
     ("other DBs' commits in windows", "both", "other_db_commits"),
+    ("alternating rounds: sequential p50 (ms)", "alternating", "p50_ms"),
+    ("alternating rounds: concurrent turns/s", "alternating", "throughput_tps"),
+    ("alternating rounds: CPU ms/turn", "alternating", "cpu_ms_per_turn"),
     ("errors (incl. warm-up)", "", "errors"),
 ]
 
@@ -235,6 +270,8 @@ def _cell(result: dict[str, Any] | None, phase: str, key: str) -> str:
         return f"{value:.2f}" if isinstance(value, float) else str(value)
     if phase == "both":
         return str(result["sequential"][key] + result["concurrent"][key])
+    if phase not in result:
+        return "-"
     values = [result[phase][k] for k in key.split("/")]
     if any(v is None for v in values):
         return "n/a"
@@ -247,10 +284,19 @@ def evaluate(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float], list
     ator, lg = results.get("ator"), results.get("langgraph")
     ratios: dict[str, float] = {}
     if ator and lg:
-        ratios["langgraph_p50_over_ator_p50"] = (
+        # The headline ratios come from the alternating rounds when they ran (see
+        # `alternate`); the phases measured one system after the other are kept beside them.
+        ratios["phased_langgraph_p50_over_ator_p50"] = (
             lg["sequential"]["p50_ms"] / ator["sequential"]["p50_ms"])
-        ratios["ator_tps_over_langgraph_tps"] = (
+        ratios["phased_ator_tps_over_langgraph_tps"] = (
             ator["concurrent"]["throughput_tps"] / lg["concurrent"]["throughput_tps"])
+        a, b = ator.get("alternating"), lg.get("alternating")
+        ratios["langgraph_p50_over_ator_p50"] = (
+            b["p50_ms"] / a["p50_ms"] if a and b
+            else ratios["phased_langgraph_p50_over_ator_p50"])
+        ratios["ator_tps_over_langgraph_tps"] = (
+            a["throughput_tps"] / b["throughput_tps"] if a and b
+            else ratios["phased_ator_tps_over_langgraph_tps"])
         ratios["langgraph_cpu_over_ator_cpu_sequential"] = (
             lg["sequential"]["cpu_ms_per_turn"] / ator["sequential"]["cpu_ms_per_turn"])
         ratios["langgraph_cpu_over_ator_cpu_concurrent"] = (
@@ -265,7 +311,8 @@ def evaluate(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float], list
     commits = seq["client_commits_per_turn"] if seq else None
     p50 = ratios.get("langgraph_p50_over_ator_p50")
     tps = ratios.get("ator_tps_over_langgraph_tps")
-    errors = sum(r["errors"] for r in results.values())
+    errors = sum(r["errors"] + r.get("alternating", {}).get("errors", 0)
+                 for r in results.values())
     checks = [
         check(f"ator SQL statements/turn <= {MAX_STATEMENTS}", statements,
               None if statements is None else statements <= MAX_STATEMENTS),
@@ -294,15 +341,19 @@ def render(config: dict[str, Any], results: dict[str, dict[str, Any]],
         f"LangGraph: create_react_agent + AsyncPostgresSaver, "
         f"durability={config['langgraph_durability']!r}",
         "",
-        f"{'metric':<36}{'ator':>16}{'LangGraph':>16}",
+        f"{'metric':<42}{'ator':>16}{'LangGraph':>16}",
     ]
     for label, phase, key in _ROWS:
-        lines.append(f"{label:<36}{_cell(ator, phase, key):>16}{_cell(lg, phase, key):>16}")
+        lines.append(f"{label:<42}{_cell(ator, phase, key):>16}{_cell(lg, phase, key):>16}")
     lines.append("")
     if ratios:
         lines.append(f"LangGraph p50 / ator p50 = {ratios['langgraph_p50_over_ator_p50']:.2f}   "
                      f"ator / LangGraph concurrent throughput = "
-                     f"{ratios['ator_tps_over_langgraph_tps']:.2f}")
+                     f"{ratios['ator_tps_over_langgraph_tps']:.2f}"
+                     + ("  (alternating rounds)" if "alternating" in ator else ""))
+        lines.append("phased (one system after the other): p50 ratio "
+                     f"{ratios['phased_langgraph_p50_over_ator_p50']:.2f}, throughput ratio "
+                     f"{ratios['phased_ator_tps_over_langgraph_tps']:.2f}")
         lines.append("LangGraph CPU/turn / ator CPU/turn = "
                      f"{ratios['langgraph_cpu_over_ator_cpu_sequential']:.2f} sequential, "
                      f"{ratios['langgraph_cpu_over_ator_cpu_concurrent']:.2f} concurrent")
@@ -312,7 +363,8 @@ def render(config: dict[str, Any], results: dict[str, dict[str, Any]],
         value = "-" if c["value"] is None else f"{c['value']:.2f}"
         lines.append(f"  {c['status']:<5}{c['check']}  ({value})")
     for name, result in results.items():
-        for sample in result["error_samples"]:
+        for sample in [*result["error_samples"],
+                       *result.get("alternating", {}).get("error_samples", [])]:
             lines.append(f"  error ({name}): {sample}")
         own = sum(result[p]["server_commits_per_turn"] * result[p]["turns"]
                   for p in ("sequential", "concurrent"))
@@ -342,6 +394,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pool-size", type=int, default=20,
                         help="ator db_pool_size; LangGraph's pool gets the same bounds")
     parser.add_argument("--only", choices=["ator", "langgraph"])
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="alternating rounds after the phases (0: none); each runs "
+                             "turns/rounds sequential and concurrent-turns/rounds concurrent "
+                             "turns of every system, and the ratios are taken from them")
     parser.add_argument("--langgraph-durability", choices=get_args(Durability), default="sync",
                         help="'sync' (default) checkpoints every step before the next, as "
                              "ator persists every step")
@@ -357,11 +413,23 @@ async def main(args: argparse.Namespace) -> int:
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     server = await PgServer.start()
     results: dict[str, dict[str, Any]] = {}
+    systems: dict[str, System] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="ator-bench-") as tmp:
-            for name in ["ator", "langgraph"]:
-                if args.only in (None, name):
-                    results[name] = await run_system(name, server, args, Path(tmp))
+            try:
+                for name in ["ator", "langgraph"]:
+                    if args.only in (None, name):
+                        systems[name] = await open_system(name, server, args, Path(tmp))
+                for name, system in systems.items():
+                    print(f"running {system.name} …", file=sys.stderr, flush=True)
+                    results[name] = await measure(system, server, args)
+                if args.rounds:
+                    print("running both in alternating rounds …", file=sys.stderr, flush=True)
+                    for name, figures in (await alternate(systems, args)).items():
+                        results[name]["alternating"] = figures
+            finally:
+                for system in systems.values():
+                    await system.close()
         config = {
             "server": server.description, "server_version_num": server.version,
             "turns": args.turns, "concurrent_turns": args.concurrent_turns,
