@@ -2,6 +2,7 @@
 (bench entry point; imports ator.providers.openai, ator.testing.openai_wire, openai).
 
     .venv/bin/python bench/provider_chunks.py [--replies 20] [--chunks 500]
+    .venv/bin/python bench/provider_chunks.py --replies 500 --chunks 1   # per call
 
 The wire-level fake runs on its own event loop in another thread; the figures are the CPU
 time of the consuming thread only (`time.thread_time`), so the server's work is not in them.
@@ -9,8 +10,9 @@ Each reply streams `--chunks` content chunks. Compared on the same replies, in t
 
 - sdk typed: `client.chat.completions.create(stream=True)`, iterating the typed chunks (what
   the adapter did before: a pydantic model built per chunk);
-- ator adapter: `OpenAIProvider.stream`, which reads the same SSE stream through the SDK's
-  request path as parsed JSON and turns it into ator's stream events.
+- ator adapter: `OpenAIProvider.stream` on the HTTP client ator gives it (the egress guard
+  over ator's HTTP/1.1 transport), which sends through the SDK's request path and reads the
+  SSE stream itself into ator's stream events.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from typing import Any
 
 import openai
 
+from ator.net import Egress
 from ator.providers.base import ModelRequest
 from ator.providers.openai import OpenAIProvider
 from ator.testing.openai_wire import OpenAIWireFake
+from ator.settings import Settings
 from ator.testing.wire import Reply
 
 
@@ -69,12 +73,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 n += 1
             return n
 
-        async with OpenAIProvider(api_key="k", base_url=fake.base_url) as provider:
+        # The adapter on the HTTP client ator builds it with (providers/builtin.py): the
+        # egress guard over ator's HTTP/1.1 transport (net/h1.py).
+        http = Egress.from_settings(Settings(egress_allow="127.0.0.1")).httpx2_client(
+            timeout=600.0)
+        async with OpenAIProvider(api_key="k", base_url=fake.base_url,
+                                  http_client=http) as provider:
             async def adapter() -> int:
                 return sum([1 async for _ in provider.stream(request)])
 
             typed_s, typed_n = await _measure(args.replies, typed)
             ours_s, ours_n = await _measure(args.replies, adapter)
+        await http.aclose()
         await sdk.close()
     finally:
         stop.set()
@@ -86,6 +96,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "sdk_typed_us_per_chunk": round(per_typed, 1),
         "ator_adapter_us_per_event": round(per_ours, 1),
         "ratio": round(per_typed / per_ours, 2),
+        # A whole call, request included: what a short reply costs (--chunks 1).
+        "sdk_typed_us_per_reply": round(typed_s / args.replies * 1e6, 1),
+        "ator_adapter_us_per_reply": round(ours_s / args.replies * 1e6, 1),
     }
 
 
