@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from typing import Any
 
 import httpx2
@@ -446,3 +447,48 @@ async def test_cancelling_the_consumer_closes_the_http_stream() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         await asyncio.wait_for(fake.requests[0].client_gone.wait(), 5)
+
+
+async def test_a_streamed_call_sends_the_sdk_s_headers_once_each() -> None:
+    """The adapter sends with headers taken from the SDK's client once (providers/openai.py
+    `_request_head`): its user agent and telemetry, auth, the setup's headers, none twice."""
+    heads: list[bytes] = []
+    bodies: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        heads.append(head)
+        bodies.append(await reader.readexactly(length))
+        writer.write(b"HTTP/1.1 503 Unavailable\r\ncontent-type: application/json\r\n"
+                     b"content-length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with OpenAIProvider(api_key="sk-header-test", base_url=f"http://127.0.0.1:{port}/v1",
+                                  default_headers={"X-Setup": "on"}) as provider:
+            for _ in range(2):  # the second call reuses what the first built
+                with pytest.raises(ProviderError) as caught:
+                    async for _event in provider.stream(req()):
+                        pass
+                assert caught.value.kind == "server" and caught.value.retryable
+    finally:
+        server.close()
+        await server.wait_closed()
+    for head, body in zip(heads, bodies, strict=True):
+        lines = head.decode().split("\r\n")
+        assert lines[0] == "POST /v1/chat/completions HTTP/1.1"
+        fields = [line.split(":", 1) for line in lines[1:] if line]
+        names = [name.lower() for name, _ in fields]
+        assert len(names) == len(set(names)), names
+        values = {name.lower(): value.strip() for name, value in fields}
+        assert values["authorization"] == "Bearer sk-header-test"
+        assert values["user-agent"].startswith("AsyncOpenAI/Python")
+        assert values["content-type"] == "application/json"
+        assert values["x-setup"] == "on" and "x-stainless-lang" in values
+        sent = json.loads(body)
+        assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}

@@ -200,20 +200,42 @@ class OpenAIProvider:
         self._sent = sent_credentials(base_url, api_key)
         self._max_tokens_param = max_tokens_param
         self._owns_http_client = http_client is None
+        timeouts = httpx2.Timeout(timeout, connect=min(timeout, 10.0))
         self._client = openai.AsyncOpenAI(
             api_key=api_key or NO_API_KEY,
             # Always explicit, so OPENAI_BASE_URL in the environment cannot redirect us.
             base_url=base_url or DEFAULT_BASE_URL,
             default_headers=dict(default_headers or {}),
-            timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
+            timeout=timeouts,
             max_retries=0,
             http_client=http_client,
         )
+        self._timeouts = timeouts.as_dict()
+        self._http = self._client._client  # the one given, or the SDK's own
+        self._head: tuple[httpx2.URL, list[tuple[str, str]]] | None = None
 
     async def aclose(self) -> None:
         """Close the SDK client and its connection pool (not a caller-supplied http_client)."""
         if self._owns_http_client:
             await self._client.close()
+
+    def _request_head(self) -> tuple[httpx2.URL, list[tuple[str, str]]]:
+        """The URL and headers of every streamed call, taken once from the HTTP client's
+        defaults and the SDK's client: its base URL, its default headers (user agent,
+        organization and project, the setup's headers) and its auth headers. Building them per request (URL parsing, header
+        merging, option models) was more than half of a short call's CPU
+        (bench/provider_chunks.py --chunks 1); what it adds per request besides is telemetry
+        of retries (none here: max_retries=0) and an idempotency key for those retries."""
+        if self._head is None:
+            base = self._client.base_url  # the SDK keeps it with a trailing slash
+            url = base.copy_with(raw_path=base.raw_path + b"chat/completions")
+            merged = httpx2.Headers(self._http.headers)  # the HTTP client's own first
+            for name, value in {**self._client.default_headers,
+                                **self._client.auth_headers}.items():
+                if isinstance(value, str):  # not an Omit
+                    merged[name] = value
+            self._head = (url, list(merged.multi_items()))
+        return self._head
 
     async def __aenter__(self) -> Self:
         return self
@@ -235,21 +257,27 @@ class OpenAIProvider:
         # JSON; `content` it sends as it is.
         body = jsonenc.encode({**params, "stream": True,
                                "stream_options": {"include_usage": True}})
+        url, headers = self._request_head()
+        # The request goes through the SDK's own HTTP client (the egress guard and transport
+        # ator gave it); its status errors are the SDK's, made from the response by the SDK.
+        # The stream is read here as bytes: building a typed model of every chunk cost more
+        # CPU than everything else a streamed turn does (bench/provider_chunks.py), and the
+        # SDK's SSE decoder and JSON were most of what was left (bench/scale.py, py-spy).
+        outgoing = httpx2.Request("POST", url, headers=headers, content=body,
+                                  extensions={"timeout": self._timeouts})
         try:
-            # The SDK's own request path (auth, status errors), its stream read here as bytes:
-            # building a typed model of every chunk cost more CPU than everything else a
-            # streamed turn does (bench/provider_chunks.py), and its SSE decoder and JSON were
-            # most of what was left (bench/scale.py under py-spy).
-            sdk_stream = await self._client.post(
-                "/chat/completions",
-                content=body,
-                cast_to=object,
-                options={"security": {"bearer_auth": True}},
-                stream=True,
-                stream_cls=openai.AsyncStream[object],
-            )
-        except (openai.OpenAIError, AtorError) as exc:
+            response = await self._http.send(outgoing, stream=True)
+        except (httpx2.HTTPError, AtorError) as exc:
             raise _map_error(exc, self._sent) from exc
+        if not response.is_success:
+            try:
+                await response.aread()
+            except (httpx2.HTTPError, AtorError) as exc:
+                raise _map_error(exc, self._sent) from exc
+            finally:
+                await response.aclose()
+            status_error = self._client._make_status_error_from_response(response)
+            raise _map_error(status_error, self._sent) from status_error
 
         # The server accepted the prompt and will bill it, but reports usage only in the last
         # chunk: until then the prompt's size is the best figure for a call cut short.
@@ -257,7 +285,6 @@ class OpenAIProvider:
             Usage(input_tokens=request_tokens(request), reported=False, estimated=True)
         )
         state = _StreamState(model=request.model)
-        response = sdk_stream.response
         events = data_events(response.aiter_bytes())
         try:
             while True:
@@ -289,7 +316,7 @@ class OpenAIProvider:
                     yield event
         finally:
             await events.aclose()
-            await sdk_stream.close()
+            await response.aclose()
         if state.finish_reason is None:
             raise ProviderError(
                 "openai: stream ended without a finish_reason", kind="protocol", retryable=True
