@@ -30,8 +30,8 @@ import openai
 from ator.net import Egress
 from ator.providers.base import ModelRequest
 from ator.providers.openai import OpenAIProvider
-from ator.testing.openai_wire import OpenAIWireFake
 from ator.settings import Settings
+from ator.testing.openai_wire import OpenAIWireFake
 from ator.testing.wire import Reply
 
 

@@ -222,10 +222,11 @@ class OpenAIProvider:
     def _request_head(self) -> tuple[httpx2.URL, list[tuple[str, str]]]:
         """The URL and headers of every streamed call, taken once from the HTTP client's
         defaults and the SDK's client: its base URL, its default headers (user agent,
-        organization and project, the setup's headers) and its auth headers. Building them per request (URL parsing, header
-        merging, option models) was more than half of a short call's CPU
-        (bench/provider_chunks.py --chunks 1); what it adds per request besides is telemetry
-        of retries (none here: max_retries=0) and an idempotency key for those retries."""
+        organization and project, the setup's headers) and its auth headers. Building them
+        per request (URL parsing, header merging, option models) was more than half of a
+        short call's CPU (bench/provider_chunks.py --chunks 1); what the SDK adds per request
+        besides is telemetry of retries (none here: max_retries=0) and an idempotency key for
+        those retries."""
         if self._head is None:
             base = self._client.base_url  # the SDK keeps it with a trailing slash
             url = base.copy_with(raw_path=base.raw_path + b"chat/completions")
