@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import base64
 import collections
+import contextlib
 import gc
 import json
 import os
@@ -127,6 +128,8 @@ class Receiver:
         self.reader: asyncio.Task[None] | None = None
         self._acks: dict[int, asyncio.Future[Any]] = {}
         self._next = 0
+        self.thread_id: str | None = None
+        self.ended_at: float | None = None  # its thread's turn_ended, from the thread room
 
     async def connect(self, http: aiohttp.ClientSession, base: str, key: str) -> None:
         url = base.replace("http://", "ws://") + "/socket.io/?EIO=4&transport=websocket"
@@ -180,7 +183,14 @@ class Receiver:
                 self.stats["raw"].append((now, self.stats["last"][-1]))
                 self.stats["first"].append((now - min(stamps)) * 1000)
                 self.stats["tokens"] += len(stamps)
+        elif frame["type"] == "turn.ended":  # the org room's notice, for every thread
+            self.stats["org_ended"] += 1
+            if frame["data"]["thread_id"] == self.thread_id and self.ended_at is not None:
+                self.stats["org_lag"].append((now - self.ended_at) * 1000)
+            if self.stats["org_ended"] >= self.stats["want_org_ended"]:
+                self.stats["org_done"].set()
         elif frame["type"] == "turn_ended":
+            self.ended_at = now
             self.stats["ended"] += 1
             self.stats["ended_by_thread"][frame["data"]["thread_id"]] += 1
             if self.stats["ended"] >= self.stats["want_ended"]:
@@ -250,7 +260,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         stats: dict[str, Any] = {"last": [], "first": [], "tokens": 0, "ended": 0,
                                  "disconnects": 0, "raw": [],
                                  "ended_by_thread": collections.Counter(),
-                                 "want_ended": args.sockets, "done": asyncio.Event()}
+                                 "want_ended": args.sockets, "done": asyncio.Event(),
+                                 "org_ended": 0, "org_lag": [], "org_done": asyncio.Event(),
+                                 "want_org_ended": args.sockets * args.turns}
         t0 = time.monotonic()
         http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         for start in range(0, args.sockets, 50):
@@ -258,9 +270,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.gather(*(
                 c.connect(http, urls[(start + j) % len(urls)], key)
                 for j, c in enumerate(batch)))
+            for j, c in enumerate(batch):
+                c.thread_id = str(threads[(start + j) % len(threads)])
             acks = await asyncio.gather(*(
-                c.call("join", {"thread_id": str(threads[(start + j) % len(threads)])})
-                for j, c in enumerate(batch)))
+                c.call("join", {"thread_id": c.thread_id}) for c in batch))
             assert all(a["ok"] for a in acks), acks
             clients.extend(batch)
         connect_s = time.monotonic() - t0
@@ -295,6 +308,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                           [dict(r) for r in turns], file=sys.stderr)
             await conn.close()
         stream_s = time.monotonic() - t1
+        # The org room's notices (every turn's end to every socket of the org) may still be
+        # on their way: they are delivered in the background (realtime/managers.py).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stats["org_done"].wait(), timeout=60)
+        org_drain_s = time.monotonic() - t1 - stream_s
         stats_after = [await asyncio.to_thread(_server_stats, p, data_dir / f"stats{i}.json")
                        for i, p in enumerate(procs)]
         if os.environ.get("BENCH_RAW"):
@@ -313,6 +331,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "turn_starts_spread_s": args.stagger, "server_gc": args.server_gc or "ator default",
             "delta_frames_received": len(stats["last"]),
             "sockets_that_saw_turn_ended": stats["ended"],
+            # Every socket gets every turn's end from the org room too: how many arrived, how
+            # long after its own thread's turn_ended its own thread's notice came, and how long
+            # after the last thread-room end the last notice came.
+            "org_turn_ended_received": stats["org_ended"],
+            "org_turn_ended_expected": stats["want_org_ended"],
+            "org_notice_lag_ms": {"p50": round(_pct(stats["org_lag"], 50), 1),
+                                  "p99": round(_pct(stats["org_lag"], 99), 1),
+                                  "max": round(max(stats["org_lag"], default=float("nan")), 1)},
+            "org_notices_drained_s_after_last_end": round(org_drain_s, 2),
             "disconnects_during_run": stats["disconnects"],
             "tokens_received": stats["tokens"],
             "tokens_expected": args.sockets * args.tokens,

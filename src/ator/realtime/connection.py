@@ -18,7 +18,8 @@ from ator.errors import AtorError, RateLimited
 from ator.realtime.feed import Follow
 from ator.store.records import Principal
 
-__all__ = ["Connection", "SocketCounts", "TooManyRooms", "TooManySockets"]
+__all__ = ["Connection", "SocketCounts", "TooManyRooms", "TooManySockets", "is_org_room",
+           "org_room"]
 
 
 class TooManySockets(RateLimited):
@@ -31,6 +32,18 @@ class TooManyRooms(AtorError):
     status = 429
 
 
+ORG_ROOM_PREFIX = "org:"
+
+
+def org_room(org_id: UUID) -> str:
+    """The room of every socket of an org (turns starting and ending, approvals decided)."""
+    return f"{ORG_ROOM_PREFIX}{org_id}"
+
+
+def is_org_room(room: str) -> bool:
+    return room.startswith(ORG_ROOM_PREFIX)
+
+
 @dataclass
 class Connection:
     sid: str
@@ -41,7 +54,7 @@ class Connection:
     @property
     def rooms(self) -> list[str]:
         """The rooms this socket is in: joined by the server, never named by the client."""
-        return [f"org:{self.principal.org_id}", f"user:{self.principal.user_id}",
+        return [org_room(self.principal.org_id), f"user:{self.principal.user_id}",
                 *self.follows]
 
     def check_room_limit(self, room: str, max_rooms: int) -> None:

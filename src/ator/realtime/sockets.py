@@ -56,7 +56,7 @@ from ator.errors import (
 )
 from ator.obs.logging import get_logger
 from ator.realtime import approvals
-from ator.realtime.connection import Connection, SocketCounts
+from ator.realtime.connection import Connection, SocketCounts, is_org_room, org_room
 from ator.realtime.feed import Feeds
 from ator.realtime.logs import RunLog, ThreadLog
 from ator.realtime.managers import LocalManager, RedisManager
@@ -92,6 +92,7 @@ class SocketServer:
     def __init__(self, *, redis_url: str | None = None, channel: str = "ator:socketio"
                  ) -> None:
         manager = (RedisManager(redis_url, channel=channel) if redis_url else LocalManager())
+        manager.deliver_in_background(is_org_room)
         # cors_allowed_origins=None: a browser's socket is accepted from this server's own
         # origin only (the console at /ui); clients that send no Origin are not browsers.
         self.sio = Server(async_mode="asgi", client_manager=manager,
@@ -340,7 +341,7 @@ class SocketServer:
 
     def _on_decided(self, scope: Scope, action: Any) -> None:
         frame = approvals.decided_frame(action_view(action))
-        self._spawn(self.sio.emit("frame", frame, room=f"org:{scope.org_id}"))
+        self._spawn(self.sio.emit("frame", frame, room=org_room(scope.org_id)))
 
     def _feeds(self) -> Feeds:
         if self.feeds is None:
@@ -351,7 +352,7 @@ class SocketServer:
         for event in events:
             frame = turn_frame(thread_id, event)
             if frame is not None:
-                self._spawn(self.sio.emit("frame", frame, room=f"org:{scope.org_id}"))
+                self._spawn(self.sio.emit("frame", frame, room=org_room(scope.org_id)))
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
