@@ -130,6 +130,7 @@ class Receiver:
         self._next = 0
         self.thread_id: str | None = None
         self.ended_at: float | None = None  # its thread's turn_ended, from the thread room
+        self.org_ended_at: float | None = None  # its thread's turn.ended, from the org room
 
     async def connect(self, http: aiohttp.ClientSession, base: str, key: str) -> None:
         url = base.replace("http://", "ws://") + "/socket.io/?EIO=4&transport=websocket"
@@ -185,8 +186,8 @@ class Receiver:
                 self.stats["tokens"] += len(stamps)
         elif frame["type"] == "turn.ended":  # the org room's notice, for every thread
             self.stats["org_ended"] += 1
-            if frame["data"]["thread_id"] == self.thread_id and self.ended_at is not None:
-                self.stats["org_lag"].append((now - self.ended_at) * 1000)
+            if frame["data"]["thread_id"] == self.thread_id:
+                self.org_ended_at = now
             if self.stats["org_ended"] >= self.stats["want_org_ended"]:
                 self.stats["org_done"].set()
         elif frame["type"] == "turn_ended":
@@ -313,6 +314,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stats["org_done"].wait(), timeout=60)
         org_drain_s = time.monotonic() - t1 - stream_s
+        # Negative: the org room's notice came first.
+        stats["org_lag"] = [(c.org_ended_at - c.ended_at) * 1000 for c in clients
+                            if c.org_ended_at is not None and c.ended_at is not None]
         stats_after = [await asyncio.to_thread(_server_stats, p, data_dir / f"stats{i}.json")
                        for i, p in enumerate(procs)]
         if os.environ.get("BENCH_RAW"):
