@@ -59,7 +59,6 @@ _VALIDATORS_MAX = 4096
 # same objects turn after turn: their validator and spec are kept by the tool itself, so a
 # turn does not serialize every schema again to find them.
 _BY_TOOL: ByIdentity[Tool, Any] = ByIdentity(4096)
-_JUDGED_MAX = 64
 
 
 def _validator(tool: Tool) -> Draft202012Validator:
@@ -95,7 +94,7 @@ class ToolRegistry:
         self._validators: dict[str, Draft202012Validator] = {}
         # A step's calls are judged where hooks decide what to hold and again where they run:
         # the verdict is kept with the call object (frozen), for the last few calls only.
-        self._judged: dict[int, tuple[ToolCall, str | None]] = {}
+        self._judged: ByIdentity[ToolCall, str | None] = ByIdentity(64)
         for tool in tools:
             self.add(tool)
 
@@ -135,14 +134,7 @@ class ToolRegistry:
 
     def validate(self, call: ToolCall) -> str | None:
         """The reason a call cannot run, or None when it can."""
-        judged = self._judged.get(id(call))
-        if judged is not None and judged[0] is call:
-            return judged[1]
-        problem = self._problem(call)
-        if len(self._judged) >= _JUDGED_MAX:
-            self._judged.clear()
-        self._judged[id(call)] = (call, problem)
-        return problem
+        return self._judged.get(call, self._problem)
 
     def _problem(self, call: ToolCall) -> str | None:
         if call.name not in self._tools:
