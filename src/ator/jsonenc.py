@@ -45,9 +45,24 @@ def encode(value: Any) -> bytes:
     return _encode(value, _OPTIONS)
 
 
+# orjson reads an integer beyond 64 bits as a float, losing digits, and refuses a lone
+# surrogate escape; the standard library keeps both. Such text is rare, so it is spotted by a
+# run of 20 digits (where a number past 64 bits has to be) or by orjson's refusal, and read the
+# standard library's way. The run is found by mapping every digit to "0" and looking for 20 of
+# them: a C pass over the bytes, under half of orjson's own time (a regex took five times it).
+_DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
+_TWENTY_DIGITS: Final = b"0" * 20
+
+
 def loads(text: str | bytes) -> Any:
-    """The value of JSON text (raises ValueError, as the standard library's does)."""
-    return orjson.loads(text)
+    """The value of JSON text, as the standard library reads it (raises ValueError)."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if _TWENTY_DIGITS not in raw.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def canonical(value: Any) -> bytes:
