@@ -1,4 +1,4 @@
-"""The calculator bounds its work before doing it and never runs on the event loop."""
+"""The calculator bounds its work before doing it and keeps long work off the event loop."""
 
 from __future__ import annotations
 
@@ -101,8 +101,8 @@ async def test_a_non_string_expression_is_a_tool_error() -> None:
         await calculate(42)
 
 
-async def test_evaluation_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Recording wrapper around the real evaluation: which thread did the work?
+def _recording(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Recording wrapper around the real evaluation: which thread did the work?"""
     threads: list[int] = []
 
     def recording(expression: str) -> str:
@@ -110,5 +110,35 @@ async def test_evaluation_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatc
         return evaluate(expression)
 
     monkeypatch.setattr(builtin, "evaluate", recording)
-    assert len(await calculate(f"10**{MAX_DIGITS - 1}")) == MAX_DIGITS
+    return threads
+
+
+async def test_a_long_expression_is_evaluated_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads = _recording(monkeypatch)
+    expression = f"10**{MAX_DIGITS - 1}" + " + 0" * builtin.INLINE_CHARS
+    assert len(expression) > builtin.INLINE_CHARS
+    assert len(await calculate(expression)) == MAX_DIGITS
     assert len(threads) == 1 and threads[0] != threading.get_ident()
+
+
+async def test_a_short_expression_is_evaluated_on_the_loop_without_a_thread_hop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hop cost 0.12 ms a call, more than the work itself (a bench turn's one tool)."""
+    threads = _recording(monkeypatch)
+    assert await calculate("6*7") == "42"
+    assert threads == [threading.get_ident()]
+
+
+async def test_the_costliest_short_expressions_stay_short_on_the_loop() -> None:
+    """Full-size powers, as many as fit in INLINE_CHARS, each refused or computed with the
+    text of a result near MAX_DIGITS digits: the loop is never held for long."""
+    worst = ("9**4190//7**3999+9**4190%7**3999+9**4190-3**8000",
+             "(9**2095)**2*1//1//1//1//1//1//1//1//1//1//1//1",
+             "9**4190*9**4190*9**4190*9**4190*9**4190*9**4190")
+    for expression in worst:
+        assert len(expression) <= builtin.INLINE_CHARS
+        _outcome, lag = await with_lag(calculate(expression))
+        assert lag < 0.05, (expression, lag)

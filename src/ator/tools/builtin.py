@@ -4,8 +4,11 @@ Small, safe, and useful for demos: arithmetic without `eval`, and the current ti
 
 The calculator is the one piece of CPU-bound tool code, and the model chooses its input: it
 bounds the work before doing it (the size of every product and power is estimated from its
-operands, and a result over MAX_DIGITS digits is refused unevaluated) and evaluates in a worker
-thread under a timeout, so neither `((9**999)**999)**9` nor anything like it stalls the loop.
+operands, and a result over MAX_DIGITS digits is refused unevaluated) and evaluates a long
+expression in a worker thread under a timeout, so neither `((9**999)**999)**9` nor anything like
+it stalls the loop. A short one (INLINE_CHARS or fewer) is evaluated on the loop: it holds too
+few operations to take long (the worst found, a few full-size powers and the text of a
+4,000-digit result, is about 0.3 ms), while the thread hop costs 0.12 ms for every call.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ from typing import Any, Final
 from ator.errors import ToolError
 from ator.tools.base import Tool, ToolContext
 
-__all__ = ["MAX_DIGITS", "MAX_EXPRESSION_CHARS", "builtin_tools", "calculator", "current_time"]
+__all__ = ["INLINE_CHARS", "MAX_DIGITS", "MAX_EXPRESSION_CHARS", "builtin_tools", "calculator",
+           "current_time"]
 
 #: The largest integer result the calculator computes. Below the interpreter's default limit on
 #: int-to-text conversion (4300 digits), so every result it computes can be shown.
 MAX_DIGITS: Final = 4000
 #: Longer input is refused before parsing (a deep or long expression costs time to parse too).
 MAX_EXPRESSION_CHARS: Final = 1000
+#: Expressions this short are evaluated on the event loop; longer ones in a worker thread.
+INLINE_CHARS: Final = 48
 #: Wall-clock bound on one evaluation, in its worker thread.
 _TIMEOUT: Final = 2.0
 
@@ -91,6 +97,8 @@ async def _calculate(args: dict[str, Any], ctx: ToolContext) -> str:
     expression = args["expression"]
     if not isinstance(expression, str):
         raise ToolError("expression must be a string")
+    if len(expression) <= INLINE_CHARS:
+        return evaluate(expression)
     try:
         # A thread cannot be killed: the bounds above are what keep its work short; the
         # timeout keeps the turn from waiting on anything they missed.
