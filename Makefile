@@ -61,12 +61,19 @@ $(LLAMA_WHEEL): | $(PIP_READY)
 		-w $$tmp '$(LLAMA_CPP)' && \
 	mkdir -p $(LLAMA_WHEELS) && mv $$tmp/*.whl $(LLAMA_WHEELS)/ && rm -rf $$tmp && touch $@
 
+# A venv that has the same llama-cpp-python version from another build (flags, CMake file)
+# would keep it: the wheel of this key is put in over it.
+LLAMA_INTO_VENV := $(BIN)/pip install --quiet --force-reinstall --no-deps --no-index \
+	--find-links $(LLAMA_WHEELS) '$(LLAMA_CPP)'
+
 $(LOCAL): $(RUNTIME) $(LLAMA_WHEEL)
 	$(BIN)/pip install --quiet $(PIP_LOCAL) -e '.[local]'
+	$(LLAMA_INTO_VENV)
 	touch $@
 
 $(STAMP): $(DEV) $(LLAMA_WHEEL)
 	$(BIN)/pip install --quiet $(PIP_LOCAL) -e '.[dev,local]'
+	$(LLAMA_INTO_VENV)
 	touch $@ $(RUNTIME) $(LOCAL)
 
 $(WEB_DIST): $(WEB_SRC)
