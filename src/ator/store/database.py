@@ -1,10 +1,10 @@
 """Connecting to PostgreSQL and keeping its schema current (layer: store).
 
 May import: sqlalchemy (as a query builder and for migrations), asyncpg, alembic,
-ator.settings, ator.errors, ator.store.embedded.
+ator.settings, ator.errors, ator.store.embedded, ator.store.pool.
 
-`open_database(settings)` gives a `Database`: one asyncpg pool, the process's only way to the
-database, with the migrations applied first (under an advisory lock, so replicas starting
+`open_database(settings)` gives a `Database`: one pool (store/pool.py), the process's only way
+to the database, with the migrations applied first (under an advisory lock, so replicas starting
 together migrate once, on a short-lived engine that is disposed right after), and a
 `StatementStats` counter so tests and benchmarks can measure how many statements and commits
 a piece of work costs.
@@ -39,6 +39,7 @@ from sqlalchemy.sql.base import Executable
 from ator import jsonenc
 from ator.errors import ConfigError, DatabaseUnavailable, ValidationFailed
 from ator.settings import Settings
+from ator.store.pool import Pool
 
 __all__ = ["Database", "Result", "Row", "StatementStats", "applied_migrations", "first",
            "migration_heads", "open_database", "server_version", "to_async_url"]
@@ -127,7 +128,7 @@ class Connection:
 class Database:
     """The pool plus the stats counter. Repositories take one of these."""
 
-    def __init__(self, pool: asyncpg.Pool, *, url: str, embedded: bool) -> None:
+    def __init__(self, pool: Pool, *, url: str, embedded: bool) -> None:
         self.pool = pool
         self.url = url
         self.embedded = embedded
@@ -239,10 +240,6 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
                                   schema="pg_catalog")
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """No reset on release: pool statements run in autocommit and change no session state
-    (no SET, LISTEN, cursors or session locks), and asyncpg's default reset is one more
-    round trip and server transaction per statement."""
 
 
 def _rejected(exc: Exception) -> ValidationFailed:
@@ -334,12 +331,18 @@ async def open_database(settings: Settings, *, run_migrations: bool = True) -> D
     url = to_async_url(raw)
     if run_migrations:
         await migrate(url)
-    pool = await asyncpg.create_pool(
-        url.set(drivername="postgresql").render_as_string(hide_password=False),
-        min_size=1,
-        max_size=settings.db_pool_size,
-        init=_init_connection,
-        reset=_keep_session,
-        server_settings={"application_name": "ator"},
-    )
+    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def connect() -> asyncpg.Connection:
+        # No reset between users: pool statements run in autocommit and leave no session
+        # state (no SET or cursors; LISTEN and session locks are undone by their holders).
+        conn = await asyncpg.connect(dsn, server_settings={"application_name": "ator"})
+        try:
+            await _init_connection(conn)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
+
+    pool = await Pool.open(connect, min_size=1, max_size=settings.db_pool_size)
     return Database(pool, url=url.render_as_string(hide_password=True), embedded=embedded)

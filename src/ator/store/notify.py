@@ -32,8 +32,9 @@ async def listen(db: Database, channel: str,
     def terminated(_conn: object) -> None:
         lost.set()
 
-    conn = await db.pool.acquire()
-    try:
+    # Held as a context, so the pool sees how the block ended: a connection interrupted
+    # mid-UNLISTEN (a cancellation) is not given to the next user.
+    async with db.pool.acquire() as conn:
         conn.add_termination_listener(terminated)
         await conn.add_listener(channel, handler)
         try:
@@ -42,5 +43,3 @@ async def listen(db: Database, channel: str,
             conn.remove_termination_listener(terminated)
             if not conn.is_closed():
                 await conn.remove_listener(channel, handler)  # also UNLISTENs
-    finally:
-        await db.pool.release(conn)
