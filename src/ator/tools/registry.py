@@ -163,6 +163,9 @@ class ToolRegistry:
     ) -> list[ToolOutcome]:
         """Run calls concurrently; one outcome per call, in call order. `ctx_for(call)`
         builds each call's ToolContext."""
+        if len(calls) == 1:  # nothing to run beside it: no task and gather around it
+            call = calls[0]
+            return [await self._run_one(call, ctx_for(call), default_timeout, result_limit)]
         tasks = [
             asyncio.ensure_future(self._run_one(c, ctx_for(c), default_timeout, result_limit))
             for c in calls
