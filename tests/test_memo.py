@@ -42,3 +42,21 @@ def test_an_object_equal_to_a_remembered_one_is_not_taken_for_it() -> None:
     assert other == first
     assert memo.get(other, lambda s: "second") == "second"
     assert memo.get(first, lambda s: "again") == "first"
+
+
+def test_of_all_is_once_per_the_same_members_in_the_same_order() -> None:
+    calls: list[tuple[str, ...]] = []
+    memo: ByIdentity[Spec, str] = ByIdentity(8)
+
+    def make(specs: tuple[Spec, ...]) -> str:
+        calls.append(tuple(s.name for s in specs))
+        return "+".join(s.name for s in specs)
+
+    a, b = Spec("a"), Spec("b")
+    assert memo.of_all([a, b], make) == "a+b"
+    assert memo.of_all([a, b], make) == "a+b"  # a new list of the same objects
+    assert calls == [("a", "b")]
+    assert memo.of_all([b, a], make) == "b+a"  # another order is another sequence
+    assert memo.of_all([a, Spec("b")], make) == "a+b" and len(calls) == 3  # equal, not same
+    assert memo.of_all([], make) == "" and memo.of_all([a], make, "slot") == "a"
+    assert len(calls) == 5

@@ -7,13 +7,18 @@ after turn, but they hold dicts, so they cannot be dictionary keys. `ByIdentity`
 another object's while it is remembered) and forgets the least recently used past `size`.
 What is remembered must not depend on anything that changes in `obj`: use it for frozen
 values only.
+
+`of_all` does the same for a sequence of such objects (a request's tool specs): one entry per
+the same objects in the same order, so a list rebuilt from them call after call is looked up
+once instead of once per member.
 """
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Generic, TypeVar
 
 __all__ = ["ByIdentity"]
 
@@ -24,7 +29,7 @@ V = TypeVar("V")
 class ByIdentity(Generic[K, V]):
     def __init__(self, size: int) -> None:
         self._size = size
-        self._entries: OrderedDict[tuple[int, Hashable], tuple[K, V]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[Any, V]] = OrderedDict()
 
     def get(self, obj: K, make: Callable[[K], V], slot: Hashable = None) -> V:
         """`make(obj)`, computed once per object (and slot) while remembered."""
@@ -35,6 +40,22 @@ class ByIdentity(Generic[K, V]):
             return found[1]
         value = make(obj)
         self._entries[key] = (obj, value)
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+        return value
+
+    def of_all(self, objs: Sequence[K], make: Callable[[tuple[K, ...]], V],
+               slot: Hashable = None) -> V:
+        """`make(tuple(objs))`, computed once per the same objects in the same order (and
+        slot) while remembered."""
+        members = tuple(objs)
+        key = (tuple(map(id, members)), slot, "all")
+        found = self._entries.get(key)
+        if found is not None and all(map(operator.is_, found[0], members)):
+            self._entries.move_to_end(key)
+            return found[1]
+        value = make(members)
+        self._entries[key] = (members, value)
         if len(self._entries) > self._size:
             self._entries.popitem(last=False)
         return value

@@ -44,13 +44,19 @@ def _record(spec: ToolSpec) -> dict[str, Any]:
             "chars": len(wire), "hash": hashlib.sha256(wire).hexdigest()[:16]}
 
 
-def _tool(spec: ToolSpec) -> dict[str, Any]:
-    return dict(_TOOLS.get(spec, _record))
+def _records(specs: Sequence[ToolSpec]) -> tuple[tuple[dict[str, Any], ...], str]:
+    """The records of a request's tools and the hash of the tools' prefix; once per list."""
+    records = tuple(_TOOLS.get(spec, _record) for spec in specs)
+    return records, _hash([r["hash"] for r in records])
+
+
+_TOOL_LISTS: ByIdentity[ToolSpec, tuple[tuple[dict[str, Any], ...], str]] = ByIdentity(256)
 
 
 def describe(request: ModelRequest, layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The inspector's record of `request` (whose system blocks are `layers`)."""
-    tools = [_tool(t) for t in request.tools]
+    records, tools_hash = _TOOL_LISTS.of_all(request.tools, _records)
+    tools = [dict(r) for r in records]
     chain: list[str] = []
     previous = ""
     for message in request.messages:
@@ -65,7 +71,7 @@ def describe(request: ModelRequest, layers: Sequence[Mapping[str, Any]]) -> dict
         "model": request.model,
         "layers": list(layers),
         "tools": tools,
-        "prefix": {"tools": _hash([t["hash"] for t in tools]),
+        "prefix": {"tools": tools_hash,
                    "system": _hash([layer.get("hash") for layer in layers])},
         "messages": {"count": len(chain), "chain": chain},
         "breakpoints": [p.label for p in plan],

@@ -95,7 +95,7 @@ def build_system(
     block asks for a cache breakpoint: the whole system prompt is one cached prefix."""
     layers = list(layers)
     if tools:
-        listing = "\n".join(_LINES.get(t, _line) for t in tools)
+        listing = _LINES.of_all(tools, _listing)
         layers.append(Layer("tools", "Your tools:\n" + listing))
     blocks = [
         SystemBlock(f"## {layer.name}\n{layer.text}", name=layer.name, cache=i == len(layers) - 1)
@@ -117,6 +117,10 @@ _LINES: ByIdentity[ToolSpec, str] = ByIdentity(4096)
 
 def _line(tool: ToolSpec) -> str:
     return f"- {tool.name}: {_summary(tool.description)}"
+
+
+def _listing(tools: Sequence[ToolSpec]) -> str:
+    return "\n".join(_LINES.get(t, _line) for t in tools)
 
 
 def _summary(description: str) -> str:

@@ -13,6 +13,7 @@ call cut short all measure with it, and a request is measured once, whoever asks
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 
 from ator import jsonenc
 from ator.memo import ByIdentity
@@ -40,7 +41,7 @@ def request_bytes(request: ModelRequest) -> int:
     tools = request.tools
     size = (len('{"system":,"tools":[],"messages":}')
             + jsonenc.size([b.text for b in request.system])
-            + sum(_tool_bytes(t) for t in tools) + max(0, len(tools) - 1)
+            + _TOOLS.of_all(tools, _tools_bytes)
             + jsonenc.size(request.messages))
     key = id(request)
 
@@ -59,6 +60,11 @@ def _tool_bytes(spec: ToolSpec) -> int:
     """What the wire carries of a tool (name, description, schema), in bytes; once per spec."""
     return _TOOLS.get(spec, lambda s: jsonenc.size(
         {"name": s.name, "description": s.description, "input_schema": s.input_schema}))
+
+
+def _tools_bytes(tools: Sequence[ToolSpec]) -> int:
+    """The tools array's members and the commas between them; once per list of specs."""
+    return sum(_tool_bytes(t) for t in tools) + max(0, len(tools) - 1)
 
 
 def request_tokens(request: ModelRequest) -> int:
