@@ -38,11 +38,7 @@ class ByIdentity(Generic[K, V]):
         if found is not None and found[0] is obj:
             self._entries.move_to_end(key)
             return found[1]
-        value = make(obj)
-        self._entries[key] = (obj, value)
-        if len(self._entries) > self._size:
-            self._entries.popitem(last=False)
-        return value
+        return self._keep(key, obj, make(obj))
 
     def of_all(self, objs: Sequence[K], make: Callable[[tuple[K, ...]], V],
                slot: Hashable = None) -> V:
@@ -54,8 +50,12 @@ class ByIdentity(Generic[K, V]):
         if found is not None and all(map(operator.is_, found[0], members)):
             self._entries.move_to_end(key)
             return found[1]
-        value = make(members)
-        self._entries[key] = (members, value)
+        return self._keep(key, members, make(members))
+
+    def _keep(self, key: Hashable, held: Any, value: V) -> V:
+        """Remember `value` under `key` with what it was made from (kept alive, so its ids
+        are not reused meanwhile), forgetting the least recently used past the size."""
+        self._entries[key] = (held, value)
         if len(self._entries) > self._size:
             self._entries.popitem(last=False)
         return value

@@ -124,10 +124,6 @@ class Pool:
         """Connections open or being made."""
         return len(self._all) + self._opening
 
-    @property
-    def idle(self) -> int:
-        return len(self._idle)
-
     async def close(self, grace_s: float = 5.0) -> None:
         """Close the idle connections, wait up to `grace_s` for the ones in use to come back,
         then terminate what is still out. Waiting callers get InterfaceError."""
