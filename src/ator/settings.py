@@ -99,6 +99,10 @@ class Settings(BaseSettings):
     # Python GC thresholds applied by `ator serve` once started, after freezing what startup
     # made (obs/gctune.py); JSON, e.g. [700, 10, 10]; [] leaves Python's defaults.
     gc_thresholds: tuple[int, ...] = (100_000, 50, 1000)
+    # Requests first (ator/foreground.py): a turn about to start while this process is
+    # answering requests that hand it work (POSTs under /v1/threads) waits for them to be
+    # answered, at most this many seconds; 0 never waits.
+    requests_first_wait: float = Field(default=0.6, ge=0, le=10)
     # Event-loop lag (seconds) above which /readyz reports the process not ready.
     max_loop_lag: float = Field(default=2.0, gt=0)
 

@@ -44,6 +44,7 @@ from ator.api import (
 )
 from ator.api.auth import authenticate
 from ator.api.console import mount_console
+from ator.api.first import RequestsFirst
 from ator.api.gateway_calls import router as gateway_calls
 from ator.api.limits import BodyLimit, WaitSlots
 from ator.api.problems import install_problem_handlers
@@ -111,6 +112,9 @@ def create_app(
     # lifespan (tests), whoever sets app.state.ator attaches and closes app.state.sockets.
     sockets = SocketServer(redis_url=settings.redis_url, channel=f"{settings.redis_prefix}socketio")
     app.state.sockets = sockets
+    # Innermost of the middlewares: /socket.io/ never reaches it (SocketRoute), a too-large
+    # body is refused before it (BodyLimit).
+    app.add_middleware(RequestsFirst)
     app.add_middleware(SocketRoute, server=sockets)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     if tracing.enabled():  # off: not even a middleware frame per request

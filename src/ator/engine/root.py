@@ -44,6 +44,7 @@ from ator.engine.tool_calls import ToolCalls
 from ator.engine.trace_extension import TracingExtension
 from ator.engine.turn import TurnRunner
 from ator.errors import ConfigError
+from ator.foreground import Foreground
 from ator.jobs import JobKinds, JobQueue, JobRunner, ModelWork, Schedules
 from ator.knowledge.extension import KnowledgeExtension
 from ator.providers.registry import ProviderRegistry
@@ -110,6 +111,7 @@ class Engine:
     reaper: Reaper
     job_runner: JobRunner
     asks: Asks
+    foreground: Foreground  # the requests a starting turn lets go first
     routes: list[Any] = field(default_factory=list)
     rooms: list[Any] = field(default_factory=list)
     migrations: list[str] = field(default_factory=list)
@@ -159,6 +161,7 @@ def assemble(
         services=registry.mapping(), turn_toolsets=every_toolset))
     cap_groups = tuple(g for e in built for g in e.caps())
     publisher = Publisher(coord)
+    foreground = Foreground(settings.requests_first_wait)
     runner = TurnRunner(
         db=db, publisher=publisher, providers=providers, toolsets=every_toolset,
         prices=prices, master_key=master_key, owner=owner, engine_version=ator.__version__,
@@ -167,6 +170,7 @@ def assemble(
         services=registry.mapping(), context=ContextPolicy.from_settings(settings),
         ends=[end for e in built for end in e.ends()],
         fields=[f for e in built for f in e.fields()], cap_groups=cap_groups,
+        foreground=foreground,
     )
     actor = Actor(db=db, coord=coord, runner=runner, owner=owner,
                   lease_ttl=settings.lease_ttl, max_in_flight=settings.max_turns_in_flight,
@@ -190,7 +194,7 @@ def assemble(
     return Engine(
         kernel=kernel, extensions=built, services=registry, cap_groups=cap_groups,
         publisher=publisher, runner=runner, actor=actor, reaper=reaper,
-        job_runner=job_runner, asks=asks,
+        job_runner=job_runner, asks=asks, foreground=foreground,
         routes=[r for e in built for r in e.routes()],
         rooms=[r for e in built for r in e.rooms()],
         migrations=[m for e in built for m in e.migrations()],

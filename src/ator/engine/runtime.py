@@ -108,6 +108,7 @@ class Ator:
         self.runner = engine.runner
         self.actor = engine.actor
         self.reaper = engine.reaper
+        self.foreground = engine.foreground  # counted by the HTTP API (api.first)
         # New messages take at most half the database pool: under a burst, accepted turns
         # start, stream and finish ahead of further arrivals instead of queueing behind them
         # for a connection (backpressure lands on the POST, not on work already accepted).

@@ -45,6 +45,7 @@ from ator.engine.context_policy import ContextPolicy
 from ator.engine.publish import Publisher
 from ator.engine.steps import StepWriter, TurnLost
 from ator.errors import AtorError, CoordinationError
+from ator.foreground import Foreground
 from ator.obs import tracing
 from ator.obs.logging import get_logger
 from ator.obs.metrics import Metrics
@@ -142,8 +143,10 @@ class TurnRunner:
         ends: Sequence[TurnEnd] = (),
         fields: Sequence[TurnField] = (),
         cap_groups: Sequence[CapGroup] = (),
+        foreground: Foreground | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
+        self.foreground = foreground or Foreground(0)
         self.context = context or ContextPolicy()
         self.db = db
         self.publisher = publisher
@@ -291,6 +294,9 @@ class TurnRunner:
             await self.publisher.events(Scope(turn.org_id), turn.thread_id, started)
             if isinstance(frozen, AtorError):
                 return f"error:{frozen.kind}", frozen.message
+            # The requests being answered go first (a burst's POSTs): bounded, and before
+            # the turn's own clock starts. A stop meanwhile lands below like any other.
+            await self.foreground.after_requests()
             async with asyncio.timeout(limit):
                 outcome = await self._loop(start, turn, frozen, state, writer, handle.fence)
             return outcome.stop_reason, outcome.error
