@@ -145,7 +145,7 @@ async def test_a_turn_starts_its_model_call_only_after_the_requests_are_answered
     async with make_ator(providers={"s": provider}, requests_first_wait=10.0) as ator:
         scope, thread = await new_thread(ator, "s")
         ator.foreground.enter()  # a request still being answered
-        item, created = await ator.submit(scope, thread.id, "hello")
+        _item, created = await ator.submit(scope, thread.id, "hello")
         assert created  # accepted (durable) while the request is in flight
         await asyncio.sleep(0.3)
         assert provider.requests == []  # the turn exists but waits
@@ -189,7 +189,7 @@ async def test_a_burst_of_posts_is_answered_before_the_turns_call_the_model(
 
     provider = ScriptedProvider(responder=respond)
     async with operator_client(make_ator, providers={"s": provider},
-                               requests_first_wait=10.0) as (client, key, runtime):
+                               requests_first_wait=10.0) as (client, key, _runtime):
         member = {"Authorization": f"Bearer {key}"}
         setup = await client.post("/v1/setups", json={"name": "s", "provider": "s",
                                                       "model": "scripted"}, headers=member)
