@@ -220,6 +220,9 @@ class CompactionHook(LoopHook):
         self._last: tuple[int, Usage] | None = None  # the last request's bytes, usage before
         self._ratio = 1.0  # provider-reported tokens per estimated token
 
+    def reads_spend(self, turn: TurnContext) -> bool:
+        return False  # sizes only; a compaction settles the turn's writes itself (_compact)
+
     async def before_call(
         self, turn: TurnContext, state: TurnState, request: ModelRequest
     ) -> ModelRequest:
@@ -263,6 +266,9 @@ class CompactionHook(LoopHook):
         self, turn: TurnContext, state: TurnState, request: ModelRequest, size: int,
         budget: int, forced: bool,
     ) -> ModelRequest:
+        # The cut names history by seq, and the summary is a model call of its own: the
+        # turn's last step is durable (and its reply stamped with its seq) first.
+        await self.sink.settle()
         messages = state.messages
         fixed = size - sum(message_bytes(m) for m in request.messages)
         summary_tokens = max(256, min(turn.caps.max_output_tokens, 2048,

@@ -98,7 +98,9 @@ class Outcome:
 
 
 class StepSink(Protocol):
-    """Where the loop reports progress. Each method returns only once the data is durable."""
+    """Where the loop reports progress. Each method returns only once the data is durable,
+    except `on_tool_results`: the loop settles it before its next model call is sent (and
+    before hooks that read the turn's spend run)."""
 
     async def on_reply(self, step: int, reply: ModelReply, final: str | None) -> None:
         """A model call completed. `final` is the turn's stop reason when this reply ends it
@@ -106,7 +108,13 @@ class StepSink(Protocol):
         tool results."""
         ...
 
-    async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None: ...
+    async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None:
+        """May return while the write commits: durable once `settle` returns."""
+        ...
+
+    async def settle(self) -> None:
+        """Return once everything reported is durable (raises what a write failed with)."""
+        ...
 
     async def on_held(self, step: int, results: list[ToolOutcome],
                       holds: Sequence[Hold]) -> None:
@@ -173,6 +181,8 @@ async def run_loop(
         state.request_meta = {"config_hash": turn.config_hash, "notifications": injected}
         injected = []
         await fence()  # before the reservation, compaction and the call itself
+        if any(hook.reads_spend(turn) for hook in hooks):
+            await sink.settle()  # they read what the last step's write changes
         try:
             for hook in hooks:
                 request = await hook.before_call(turn, state, request)
@@ -188,6 +198,7 @@ async def run_loop(
                     "gen_ai.request.model": turn.model, "ator.step": state.steps + 1,
                     "gen_ai.request.max_tokens": caps.max_output_tokens},
                     kind="client") as span:
+                await sink.settle()  # nothing is sent ahead of what is durable
                 reply = await call_model(provider, request, turn, prices, sink.on_delta,
                                          state.partial)
                 span.set_attributes({

@@ -42,6 +42,9 @@ class BudgetGate(LoopHook):
         self.limit = limit
         self.fail_closed = fail_closed
 
+    def reads_spend(self, turn: TurnContext) -> bool:
+        return self.limit is not None  # the ledger's spend, which the step writes settle
+
     async def before_call(
         self, turn: TurnContext, state: TurnState, request: ModelRequest
     ) -> ModelRequest:

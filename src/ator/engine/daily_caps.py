@@ -72,6 +72,9 @@ class DailyGate(LoopHook):
     def __init__(self, db: Database) -> None:
         self.db = db
 
+    def reads_spend(self, turn: TurnContext) -> bool:
+        return turn.get(DayLimits) is not None
+
     async def before_call(self, turn: TurnContext, state: TurnState, request: ModelRequest
                           ) -> ModelRequest:
         limits = turn.get(DayLimits)

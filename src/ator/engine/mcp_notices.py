@@ -23,6 +23,9 @@ class McpNotices(LoopHook):
     def __init__(self, toolset: McpToolset) -> None:
         self.toolset = toolset
 
+    def reads_spend(self, turn: TurnContext) -> bool:
+        return False  # this process's mount problems only
+
     async def before_call(
         self, turn: TurnContext, state: TurnState, request: ModelRequest
     ) -> ModelRequest:

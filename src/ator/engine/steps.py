@@ -17,13 +17,21 @@ fast tools is one write (assistant message, model call and results together). Th
 `flush()` when tools are slow, so the call and its cost are durable while they run. Whatever
 is held is written with the turn's end if the turn stops first.
 
+That tool step is written behind: its statement is sent before `on_tool_results` returns,
+and the loop prepares the next request (hooks, the inspector's record) while it commits.
+`settle()` waits for it; the loop settles before the next model call is sent (and before
+hooks that read the turn's spend), and every other write settles first, so what the turn
+does next is never ahead of what is durable, and events keep their order. The write is its
+own task: a cut of the turn meanwhile leaves it to finish, and the turn's end settles it.
+
 The writer holds no reference to what created it: it is given the database, a publisher,
 metrics and the turn's ids and state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Coroutine, Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any
@@ -97,6 +105,7 @@ class StepWriter:
         self._held: _Held | None = None
         self._ends = tuple(ends)
         self._sources: set[str] = set()  # where the turn's billed costs came from
+        self._behind: asyncio.Future[Any] | None = None  # the tool step being committed
         self.finished = False
 
     # The loop's StepSink ---------------------------------------------------------------
@@ -122,13 +131,27 @@ class StepWriter:
             _stamp(held, await self._write([held.event], billed=held.call, extra=held.parts))
 
     async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None:
+        """Sends the step's write and returns while it commits (`settle` waits for it)."""
         item: Item = ("tool_results", {"step": step, "results": [r.record() for r in results]})
         held, self._held = self._held, None
+        await self.settle()
         if held is None:
-            await self._write([item])
+            await self._write_behind(self._commit(*self._parts([item])))
         else:
-            _stamp(held, await self._write([held.event, item], billed=held.call,
-                                           extra=held.parts))
+            await self._write_behind(self._stamped(held, self._commit(*self._parts(
+                [held.event, item], billed=held.call, extra=held.parts))))
+
+    async def settle(self) -> None:
+        """Return once the write sent behind (if any) is durable; raises what it failed with
+        (once). A cut of the caller leaves the write running, for the turn's end to settle."""
+        behind = self._behind
+        if behind is None:
+            return
+        try:
+            await asyncio.shield(behind)
+        finally:
+            if behind.done():
+                self._behind = None
 
     async def on_held(self, step: int, results: list[ToolOutcome],
                       holds: Sequence[Hold]) -> None:
@@ -251,6 +274,34 @@ class StepWriter:
         finish: turn_store.Finished | None = None,
         extra: Sequence[turn_store.StepPart] = (),
     ) -> list[Any]:
+        await self.settle()  # in order: after the write sent behind
+        # A cut (the turn's timeout, a stop) waits for the write and what follows it: the
+        # caller's state then matches what committed, and what committed is announced.
+        return await whole(self._commit(*self._parts(items, billed=billed, finish=finish,
+                                                     extra=extra)))
+
+    async def _write_behind(self, work: Coroutine[Any, Any, Any]) -> None:
+        self._behind = asyncio.ensure_future(work)
+        # Its failure is raised by `settle`; a turn that never settles it again (closed
+        # elsewhere meanwhile) leaves nothing unretrieved.
+        self._behind.add_done_callback(_retrieve)
+        # One turn of the loop: the write sends its statement before the caller goes on.
+        await asyncio.sleep(0)
+
+    @staticmethod
+    async def _stamped(held: _Held, work: Coroutine[Any, Any, list[Any]]) -> None:
+        _stamp(held, await work)
+
+    def _parts(
+        self,
+        items: list[Item],
+        *,
+        billed: turn_store.ModelCallRow | None = None,
+        finish: turn_store.Finished | None = None,
+        extra: Sequence[turn_store.StepPart] = (),
+    ) -> tuple[list[Item], list[turn_store.StepPart], turn_store.ModelCallRow | None,
+               turn_store.Finished | None]:
+        """A write's parts; settles the call's reservation in the turn's state."""
         parts: list[turn_store.StepPart] = list(extra)
         # The reservation held for the call in flight is settled by the write that bills
         # it, or given back with the turn's end when the call never billed.
@@ -267,9 +318,7 @@ class StepWriter:
                 parts.extend(end.parts(self._turn, self._state, finish))
         if self._snapshot is not None:
             parts.append(self._snapshot)
-        # A cut (the turn's timeout, a stop) waits for the write and what follows it: the
-        # caller's state then matches what committed, and what committed is announced.
-        return await whole(self._commit(items, parts, billed, finish))
+        return items, parts, billed, finish
 
     async def _commit(
         self,
@@ -303,6 +352,11 @@ class StepWriter:
             for end in self._ends:
                 await end.committed(self._turn, result)
         return result.events
+
+
+def _retrieve(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _cost_source(sources: set[str]) -> str | None:

@@ -345,6 +345,10 @@ class ChildBudget(LoopHook):
         self.service = service
         self.prices = prices
 
+    def reads_spend(self, turn: TurnContext) -> bool:
+        place = turn.get(SubagentTurn)
+        return place is not None and place.parent_id is not None and turn.root_id is not None
+
     async def before_call(self, turn: TurnContext, state: TurnState,
                           request: ModelRequest) -> ModelRequest:
         place = turn.get(SubagentTurn)

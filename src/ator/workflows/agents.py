@@ -64,6 +64,10 @@ class RunBudget(LoopHook):
         self.db = db
         self.prices = prices
 
+    def reads_spend(self, turn: TurnContext) -> bool:
+        place = turn.get(WorkflowTurn)
+        return place is not None and place.usd is not None
+
     async def before_call(self, turn: TurnContext, state: TurnState,
                           request: ModelRequest) -> ModelRequest:
         place = turn.get(WorkflowTurn)

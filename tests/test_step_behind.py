@@ -1,0 +1,131 @@
+"""A tool step is written behind (engine/steps.py): its statement is sent, the next request is
+prepared while it commits, and nothing goes out ahead of what is durable. The write is held
+back here by a row lock on the thread (its seq counter), from another connection, so the
+order is forced rather than raced."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+
+from ator.agent.hooks import LoopHook
+from ator.providers.scripted import ScriptedProvider, ScriptStep
+from ator.tools.base import Tool, ToolContext
+from tests.conftest import ended, new_thread, wait_for_event
+
+NO_ARGS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+class _Lock:
+    """A tool that, when called, locks its thread's row from another connection for
+    `hold` seconds: the step write that follows it waits for the lock."""
+
+    def __init__(self, url: str, hold: float) -> None:
+        self.url = url
+        self.hold = hold
+        self.released: float | None = None
+        self.holding: asyncio.Task[None] | None = None
+
+    async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        locked = asyncio.Event()
+        self.holding = asyncio.ensure_future(self._hold(ctx.thread_id, locked))
+        await locked.wait()
+        return "locked"
+
+    async def _hold(self, thread_id: Any, locked: asyncio.Event) -> None:
+        conn = await asyncpg.connect(self.url)
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT 1 FROM threads WHERE id = $1 FOR UPDATE", thread_id)
+                locked.set()
+                await asyncio.sleep(self.hold)
+                self.released = asyncio.get_running_loop().time()
+        finally:
+            await conn.close()
+
+    def tool(self) -> Tool:
+        return Tool("lock", "Locks.", NO_ARGS, self)
+
+
+def _plain(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def test_the_next_call_goes_out_only_once_the_tool_step_is_durable(
+    make_ator: Any, database_url: str,
+) -> None:
+    called: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    def respond(request: Any) -> ScriptStep:
+        if request.messages[-1]["role"] == "user" and any(
+                b["type"] == "tool_result" for b in request.messages[-1]["content"]):
+            called.append(loop.time())
+            return ScriptStep(text="done")
+        return ScriptStep(tool_calls=[("lock", {})])
+
+    lock = _Lock(_plain(database_url), hold=0.5)
+    async with make_ator(providers={"s": ScriptedProvider(responder=respond)},
+                         tools=[lock.tool()]) as ator:
+        scope, thread = await new_thread(ator, "s")
+        result = await ator.ask(scope, thread.id, "go", timeout=30)
+        assert result.stop_reason == "end_turn" and result.text == "done"
+        assert lock.released is not None and called
+        assert called[0] >= lock.released  # not sent while the step was still committing
+        kinds = [e.kind for e in await ator.events(scope, thread.id)]
+        assert kinds[-4:] == ["assistant", "tool_results", "assistant", "turn_ended"]
+
+
+async def test_a_stop_while_the_step_commits_keeps_the_step_and_ends_the_turn(
+    make_ator: Any, database_url: str,
+) -> None:
+    provider = ScriptedProvider([ScriptStep(tool_calls=[("lock", {})]),
+                                 ScriptStep(text="never")])
+    provider.record_requests = True
+    lock = _Lock(_plain(database_url), hold=1.0)
+    async with make_ator(providers={"s": provider}, tools=[lock.tool()]) as ator:
+        scope, thread = await new_thread(ator, "s")
+        await ator.submit(scope, thread.id, "go")
+        while lock.holding is None:  # noqa: ASYNC110 (the tool announces nothing)
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # the step's write is sent and waits for the lock
+        await ator.stop(scope, thread.id)
+        end = await wait_for_event(ator, scope, thread.id, ended)
+        assert end.data["stop_reason"] == "cancelled:user"
+        kinds = [e.kind for e in await ator.events(scope, thread.id)]
+        assert kinds[-3:] == ["assistant", "tool_results", "turn_ended"]  # step kept, once
+        assert len(provider.requests) == 1  # the second call was never sent
+        (turn,) = await ator.turns(scope, thread.id)
+        assert turn.steps == 1 and turn.status != "running"
+
+
+class _Reader(LoopHook):
+    """A hook that reads the turn's spend (the default for one that overrides before_call)."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+
+    async def before_call(self, turn: Any, state: Any, request: Any) -> Any:
+        self.at.append(asyncio.get_running_loop().time())
+        return request
+
+
+async def test_hooks_that_read_the_spend_run_after_the_step_settled(
+    make_ator: Any, database_url: str,
+) -> None:
+    """A budget, a cap (the org's, a subagent's, a workflow run's, the daily one) reads the
+    ledger in its `before_call`: it runs after the step's write settled its call, never on
+    a ledger one call behind."""
+    reader = _Reader()
+    provider = ScriptedProvider([ScriptStep(tool_calls=[("lock", {})]),
+                                 ScriptStep(text="ok")])
+    lock = _Lock(_plain(database_url), hold=0.5)
+    async with make_ator(providers={"s": provider}, tools=[lock.tool()],
+                         hooks=[reader]) as ator:
+        scope, thread = await new_thread(ator, "s")
+        result = await ator.ask(scope, thread.id, "go", timeout=30)
+        assert result.stop_reason == "end_turn"
+        assert len(reader.at) == 2 and lock.released is not None
+        assert reader.at[1] >= lock.released
