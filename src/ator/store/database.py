@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.base import Executable
+from sqlalchemy.sql.compiler import Compiled
 
 from ator import jsonenc
 from ator.errors import ConfigError, DatabaseUnavailable, ValidationFailed
@@ -47,6 +49,8 @@ __all__ = ["Database", "Result", "Row", "StatementStats", "applied_migrations", 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK = 0x61746F72  # "ator": pg_advisory_lock key serializing migrations
 _DIALECT = asyncpg_dialect()  # type: ignore[no-untyped-call]
+# Compiled Core statement shapes kept (least recently used out), as SQLAlchemy's own cache.
+_CORE_SHAPES = 500
 
 
 @dataclass
@@ -134,6 +138,7 @@ class Database:
         self.embedded = embedded
         self.stats = StatementStats()
         self._sql: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self._core: OrderedDict[Any, Compiled] = OrderedDict()
 
     def _compiled(self, stmt: sa.TextClause) -> tuple[str, tuple[str, ...]]:
         # Keyed by the text (never by id(): a statement built per call may reuse the id of a
@@ -152,9 +157,31 @@ class Database:
             sql, names = self._compiled(stmt)
             given = params or {}
             return sql, [given[n] for n in names]
-        compiled = stmt.compile(dialect=_DIALECT,  # type: ignore[attr-defined]
-                                compile_kwargs={"render_postcompile": True})
-        values = compiled.construct_params(dict(params) if params else None)
+        # A Core statement is built per call, so it is compiled once per shape: keyed by
+        # SQLAlchemy's cache key (the statement's structure; its literal values are the key's
+        # bind parameters, put back in by construct_params), as SQLAlchemy's engine does. A
+        # compile is 5x the lookup (create_thread's insert: 270 us against 53 us).
+        key = stmt._generate_cache_key()  # type: ignore[attr-defined]
+        if key is None:  # a shape SQLAlchemy cannot key: compiled each time
+            compiled = stmt.compile(dialect=_DIALECT,  # type: ignore[attr-defined]
+                                    compile_kwargs={"render_postcompile": True})
+            values = compiled.construct_params(dict(params) if params else None)
+            return compiled.string, [values[n] for n in (compiled.positiontup or ())]
+        compiled = self._core.get(key.key)
+        if compiled is None:
+            compiled = stmt._compiler(_DIALECT, cache_key=key)  # type: ignore[attr-defined]
+            self._core[key.key] = compiled
+            if len(self._core) > _CORE_SHAPES:
+                self._core.popitem(last=False)
+        else:
+            self._core.move_to_end(key.key)
+        values = compiled.construct_params(dict(params) if params else None,
+                                           extracted_parameters=key.bindparams,
+                                           _no_postcompile=True)
+        if compiled.post_compile_params or compiled.literal_execute_params:
+            # An IN list: its parameters are rendered per call, from the cached compile.
+            state = compiled._process_parameters_for_postcompile(values)
+            return state.statement, [state.parameters[n] for n in state.positiontup or ()]
         return compiled.string, [values[n] for n in (compiled.positiontup or ())]
 
     async def fetch(
