@@ -13,6 +13,8 @@ Repositories build statements with SQLAlchemy Core or as text; `Database` compil
 asyncpg and runs them on the pool. The hot statements are module constants, compiled once per
 process; SQLAlchemy's own engine (compile cache lookup, greenlet hop, events) cost about as
 much CPU as the database work on the turn's path, and a second pool doubled the connections.
+A Core statement, built per call, is compiled once per shape (SQLAlchemy's cache key) and
+its values bound per call, as that engine's compile cache does.
 """
 
 from __future__ import annotations
