@@ -206,6 +206,14 @@ async def new_thread(
     return scope, thread
 
 
+async def quiet_reaper(ator: Ator) -> None:
+    """Stop the runtime's reaper, for a test that counts statements. Its first sweep runs
+    as the runtime starts, whatever `reaper_interval` is, and writes twice (lost turns,
+    closed reservations): under load it can still be running when the test's window opens
+    (CI counted 3 commits where a post is 1). Once this returns it sends nothing more."""
+    await ator.reaper.close()
+
+
 async def wait_for_event(
     ator: Ator, scope: Scope, thread_id: uuid.UUID, predicate: Callable[[Event], bool],
     *, timeout: float = 30.0, after_seq: int = 0,

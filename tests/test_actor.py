@@ -18,7 +18,7 @@ from ator.store import threads as thread_store
 from ator.store import turns as turn_store
 from ator.store.scope import Scope
 from ator.tools.base import Tool
-from tests.conftest import ended, new_thread, wait_for_event
+from tests.conftest import ended, new_thread, quiet_reaper, wait_for_event
 
 
 class GatedProvider:
@@ -246,8 +246,8 @@ async def test_a_one_tool_turn_costs_three_statements_and_three_commits(make_ato
 
     provider = tool_then_answer("calculator", {"expression": "6*7"}, "42")
     # The reaper and the heartbeat share the statement counter: keep them out of the window.
-    async with make_ator(providers={"s": provider}, reaper_interval=3600,
-                         lease_ttl=60.0) as ator:
+    async with make_ator(providers={"s": provider}, lease_ttl=60.0) as ator:
+        await quiet_reaper(ator)
         scope, thread = await new_thread(ator, "s")
         await ator.ask(scope, thread.id, "warm up", timeout=30)  # first-connection queries
         statements, commits = ator.db.stats.snapshot()

@@ -22,6 +22,7 @@ from ator.engine.access import Access
 from ator.engine.approvals import Approvals, Decision
 from ator.engine.mcp import McpServers, McpService
 from ator.engine.tool_calls import ToolCalls
+from tests.conftest import quiet_reaper
 from tests.mcp_servers import ServerState, counter_server, demo_server, serve_app, serve_mcp
 from tests.test_gateway import Org, _client, _org, _text
 from tests.webhook_kit import until as until_async
@@ -81,10 +82,11 @@ async def test_a_call_of_an_upstream_tool_costs_one_statement_its_audit_row(
     # approval gate are kept for their TTLs; what is left is the call's audit row. The
     # background loops that share the counter are kept out of the window.
     async with make_ator(rate_limit_per_minute=1000, egress_allow=("127.0.0.1",),
-                         mcp_catalog_ttl=600, reaper_interval=3600, lease_ttl=60.0,
+                         mcp_catalog_ttl=600, lease_ttl=60.0,
                          job_poll_interval=3600, schedule_interval=3600) as ator, \
             serve_app(create_app(ator.settings, runtime=ator)) as port, \
             serve_mcp(demo_server("m"), era="modern") as url:
+        await quiet_reaper(ator)
         org = await _org(ator)
         made = await ator.service(McpServers).create_mcp_server(org.scope, name="docs", url=url)
         name = f"{made.id.hex[:8]}__echo"

@@ -17,7 +17,7 @@ from ator.engine.actor import lease_key
 from ator.errors import Conflict, NotFound
 from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.store.scope import Scope
-from tests.conftest import ended, new_thread, wait_for_event
+from tests.conftest import ended, new_thread, quiet_reaper, wait_for_event
 from tests.test_actor import GatedProvider
 
 
@@ -34,7 +34,8 @@ async def test_a_message_to_an_idle_thread_is_taken_by_the_statement_that_insert
     provider = GatedProvider()  # the turn waits at its model call: the window is the post
     # The reaper and the heartbeat share the statement counter: keep them out of the window.
     async with make_ator(providers={"gated": provider, "s": ScriptedProvider([])},
-                         reaper_interval=3600, lease_ttl=60.0) as ator:
+                         lease_ttl=60.0) as ator:
+        await quiet_reaper(ator)
         warm_scope, warm = await new_thread(ator, "s")  # first-connection queries
         await ator.ask(warm_scope, warm.id, "warm up", timeout=30)
         # The warm-up's actor drains its mailbox once more and lets its lease go after the
