@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
 import pytest
+import sqlalchemy as sa
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from ator import Ator
@@ -20,7 +22,7 @@ from ator.store import turns as turn_store
 from ator.store.scope import Scope
 from ator.store.webhook_outbox import TurnOutbox
 from ator.webhooks import Webhooks
-from tests.conftest import ended, new_thread, wait_for_event
+from tests.conftest import _plain, ended, new_thread, wait_for_event
 from tests.webhook_kit import FAST, scripted, until
 from tests.webhook_receiver import Receiver, serve_receiver
 
@@ -243,3 +245,48 @@ async def test_an_endpoint_failing_for_too_long_is_disabled(
         assert reason.startswith("every attempt failed since ")
         [delivery] = await hooks.deliveries(scope, endpoint.id)
         assert delivery.status == "failed" and delivery.attempts == 1  # no retry once disabled
+
+
+async def test_an_endpoint_deleted_while_its_attempt_is_written_does_not_deadlock(
+        make_ator: Any, receiver: Receiver, database_url: str) -> None:
+    # The check machine's CI once saw DELETE /v1/webhooks/endpoints/{id} deadlock with its
+    # test delivery's attempt: the delete locks the endpoint, then its cascade the delivery;
+    # the attempt's transaction locked the delivery, then the endpoint. Here the delete is
+    # held between the two (a row lock on the endpoint from another connection) until the
+    # attempt's transaction waits for it: both orders meet.
+    async with make_ator(**scripted(), **FAST) as ator:
+        scope = Scope((await ator.create_org(f"wh-{uuid.uuid4().hex[:6]}")).id)
+        hooks = ator.service(Webhooks)
+        endpoint, _ = await hooks.create_endpoint(scope, url=receiver.url("/deleted"))
+        delivery_id = await hooks.send_test(scope, endpoint.id)  # its insert shares the row
+        side = await asyncpg.connect(_plain(database_url))
+        try:
+            deleting = side.transaction()
+            await deleting.start()
+            await side.execute("SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR UPDATE",
+                               endpoint.id)
+            await ator.start_jobs()
+            await receiver.wait_for("/deleted", 1)
+
+            async def attempt_waits() -> bool:
+                return bool(await side.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"))
+            await until(attempt_waits)
+            await side.execute("DELETE FROM webhook_endpoints WHERE id = $1", endpoint.id)
+            await deleting.commit()
+        finally:
+            await side.close()
+
+        async def finished() -> bool:
+            return bool(await ator.db.read(sa.text(
+                "SELECT 1 FROM jobs WHERE payload->>'delivery_id' = :d AND state <> 'queued'"
+                " AND state <> 'running'"), {"d": str(delivery_id)}))
+        await until(finished)
+        [job] = await ator.db.read(sa.text(
+            "SELECT state, attempt, last_error FROM jobs WHERE payload->>'delivery_id' = :d"),
+            {"d": str(delivery_id)})
+        assert (job.state, job.attempt, job.last_error) == ("done", 1, None)
+        assert len(receiver.at("/deleted")) == 1
+        with pytest.raises(NotFound):
+            await hooks.get_endpoint(scope, endpoint.id)

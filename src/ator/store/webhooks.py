@@ -347,7 +347,7 @@ async def reopen_delivery(conn: Connection, scope: Scope, delivery_id: UUID) -> 
 
 _HEALTH = sa.text("""
 WITH old AS (SELECT enabled FROM webhook_endpoints WHERE id = :id AND org_id = :org_id
-              FOR UPDATE)
+              FOR NO KEY UPDATE)
 UPDATE webhook_endpoints
    SET failing_since = CASE WHEN :ok THEN NULL ELSE COALESCE(failing_since, now()) END,
        disabled_at = CASE
@@ -388,10 +388,18 @@ UPDATE webhook_deliveries SET status = 'pending', finished_at = NULL
 RETURNING id""")
 
 
+_LOCK_ENDPOINT = sa.text("""
+SELECT id FROM webhook_endpoints WHERE id = :id AND org_id = :org_id FOR NO KEY UPDATE""")
+
+
 async def reopen_range(conn: Connection, scope: Scope, endpoint_id: UUID, *, since: datetime,
-                       until: datetime, limit: int) -> list[UUID]:
+                       until: datetime, limit: int) -> list[UUID] | None:
     """Back to pending: the endpoint's failed deliveries made in [since, until), at most
-    `limit` (oldest first), on the caller's transaction."""
+    `limit` (oldest first), on the caller's transaction. None: not this org's endpoint.
+    The endpoint's row is locked first, as a delete takes it before its deliveries'."""
+    if (await conn.execute(_LOCK_ENDPOINT, {"id": endpoint_id,
+                                            "org_id": scope.org_id})).first() is None:
+        return None
     rows = (await conn.execute(_REOPEN_RANGE, {
         "endpoint_id": endpoint_id, "org_id": scope.org_id, "since": since, "until": until,
         "limit": limit})).all()

@@ -138,11 +138,13 @@ class Deliverer:
         status, wait = attempt.status_code, attempt.wait
         ok = status is not None and 200 <= status < 300
         async with self.db.begin() as conn:
+            # The endpoint's row first, then the delivery's: the order a delete of the
+            # endpoint takes them in (its cascade), or the two can deadlock.
+            health, now_disabled = await store.mark_health(
+                conn, scope, endpoint.id, ok=ok, disable_after=self.settings.webhook_disable_after)
             await store.record_attempt(conn, scope, delivery.id, status_code=status,
                                        latency_ms=attempt.latency_ms, error=attempt.error,
                                        excerpt=attempt.excerpt)
-            health, now_disabled = await store.mark_health(
-                conn, scope, endpoint.id, ok=ok, disable_after=self.settings.webhook_disable_after)
             if health is not None and health.enabled and status == 410:
                 health = await store.disable_endpoint(conn, scope, endpoint.id,
                                                       "the receiver answered 410 Gone")

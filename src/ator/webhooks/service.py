@@ -162,10 +162,11 @@ class Webhooks:
                            until: datetime, limit: int = 1000) -> int:
         """Send the endpoint's failed deliveries made in [since, until) again (at most
         `limit`, oldest first); returns how many. Raises NotFound."""
-        await self.get_endpoint(scope, endpoint_id)
         async with self.db.begin() as conn:
             reopened = await store.reopen_range(conn, scope, endpoint_id, since=since,
                                                 until=until, limit=limit)
+            if reopened is None:
+                raise NotFound("no such webhook endpoint")
             for delivery_id in reopened:
                 await self.queue.enqueue(scope, DELIVER, {"delivery_id": str(delivery_id)},
                                          within=conn)
