@@ -427,3 +427,58 @@ async def test_orgs_whose_jobs_all_wait_or_are_at_their_limit_do_not_starve_a_re
                                            batch=4, ttl=60, cursor=None)
     assert [j.id for j in got] == [limited_id]
     await db.pool.execute("DELETE FROM jobs")
+
+
+async def test_a_worker_writes_its_jobs_in_id_order_whatever_order_it_names_them(
+    db: Database,
+) -> None:
+    # A worker's completions, heartbeats and hand-backs go out on separate connections and
+    # can meet on the same rows: each must lock them in one order (by id), or two can each
+    # hold a row the other waits for. Here the lower job is held by another transaction:
+    # a completion that names the higher one first must wait before it locks that one.
+    from ator.store import jobs as job_store
+
+    queue = JobQueue(db, JobKinds([JobKind("k", _noop)]))
+    # Of two orgs, the later job's first: an index by (kind, org) lists it first.
+    scope = Scope(uuid.UUID("ffffffff-0000-0000-0000-000000000000"))
+    first = await queue.enqueue(scope, "k")
+    second = await queue.enqueue(Scope(uuid.UUID("00000000-0000-0000-0000-000000000001")), "k")
+    assert first is not None and second is not None
+    # A table of production's size (finished jobs): the ids are then looked up one by one,
+    # in the order the statement was given them, unless it sorts them itself.
+    await db.pool.execute(
+        "INSERT INTO jobs (org_id, kind, state, max_attempts, finished_at)"
+        " SELECT $1, 'k', 'done', 1, now() FROM generate_series(1, 20000)", scope.org_id)
+    await db.pool.execute("ANALYZE jobs")
+    claimed = await job_store.claim(db, owner="w", kinds=["k"], limits=[None], batch=2,
+                                    ttl=60, cursor=None)
+    attempts = {j.id: j.attempt for j in claimed}
+    assert sorted(attempts) == [first, second]
+    for write in ("complete_many", "heartbeat", "release"):
+        async with db.pool.acquire() as side:
+            holding = side.transaction()
+            await holding.start()
+            await side.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", first)
+            if write == "heartbeat":
+                task = asyncio.create_task(job_store.heartbeat(db, "w", [second, first], 60))
+            else:
+                task = asyncio.create_task(getattr(job_store, write)(
+                    db, "w", [(second, attempts[second]), (first, attempts[first])]))
+
+            async def waits() -> bool:
+                return bool(await db.pool.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"))
+            await wait_until(waits)
+            # The higher job is not locked yet: this side can take it without waiting.
+            assert await side.fetchval(
+                "SELECT id FROM jobs WHERE id = $1 FOR UPDATE NOWAIT", second) == second
+            await holding.rollback()
+        written = await task
+        assert (len(written) if not isinstance(written, int) else written) == 2, write
+        if write == "release":
+            break
+        if write == "complete_many":  # claim them again for the next write
+            await db.pool.execute(
+                "UPDATE jobs SET state = 'running', lease_owner = 'w', finished_at = NULL"
+                " WHERE id = ANY($1::bigint[])", [first, second])

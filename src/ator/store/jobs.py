@@ -192,11 +192,21 @@ RETURNING jobs.id, jobs.org_id, jobs.kind, jobs.payload, jobs.attempt, jobs.max_
           jobs.request_id, jobs.schedule_id, jobs.tick, jobs.traceparent
 """)
 
-_COMPLETE_MANY = sa.text("""
+# The statements that write several jobs of one owner at once (completions, heartbeats,
+# hand-backs) can run at the same moment on one worker's connections: each locks its rows
+# in id order first (`_OWNED`), or two of them could lock the same rows in opposite orders
+# and deadlock.
+_OWNED = """
+WITH owned AS (
+  SELECT jobs.id FROM jobs
+    JOIN unnest(CAST(:ids AS bigint[]), CAST(:attempts AS int[])) AS d(id, attempt)
+      ON jobs.id = d.id AND jobs.attempt = d.attempt
+   WHERE jobs.state = 'running' AND jobs.lease_owner = :owner
+   ORDER BY jobs.id FOR NO KEY UPDATE OF jobs)"""
+
+_COMPLETE_MANY = sa.text(_OWNED + """
 UPDATE jobs SET state = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL
-  FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS int[])) AS d(id, attempt)
- WHERE jobs.id = d.id AND jobs.attempt = d.attempt AND jobs.state = 'running'
-   AND jobs.lease_owner = :owner
+  FROM owned WHERE jobs.id = owned.id
 RETURNING jobs.id
 """)
 
@@ -217,18 +227,20 @@ RETURNING state
 """)
 
 _HEARTBEAT = sa.text("""
+WITH owned AS (
+  SELECT id FROM jobs
+   WHERE id = ANY(CAST(:ids AS bigint[])) AND state = 'running' AND lease_owner = :owner
+   ORDER BY id FOR NO KEY UPDATE)
 UPDATE jobs SET lease_until = now() + make_interval(secs => :ttl)
- WHERE id = ANY(CAST(:ids AS bigint[])) AND state = 'running' AND lease_owner = :owner
-RETURNING id
+  FROM owned WHERE jobs.id = owned.id
+RETURNING jobs.id
 """)
 
 # Handing a job back (shutdown) does not spend its attempt.
-_RELEASE = sa.text("""
+_RELEASE = sa.text(_OWNED + """
 UPDATE jobs SET state = 'queued', attempt = jobs.attempt - 1, run_at = now(),
        lease_owner = NULL, lease_until = NULL
-  FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS int[])) AS d(id, attempt)
- WHERE jobs.id = d.id AND jobs.attempt = d.attempt AND jobs.state = 'running'
-   AND jobs.lease_owner = :owner
+  FROM owned WHERE jobs.id = owned.id
 RETURNING jobs.id, pg_notify('ator_jobs', '')
 """)
 
