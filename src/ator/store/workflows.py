@@ -407,8 +407,10 @@ UPDATE workflow_runs SET lease_owner = NULL, lease_until = NULL
  WHERE id = :id AND lease_owner = :owner RETURNING changes, status
 """)
 
+# FOR NO KEY UPDATE (an UPDATE's own lock): the run's events, holds and thread binds insert
+# under their foreign key's share lock meanwhile, which FOR UPDATE would block.
 _CHANGES = sa.text("SELECT changes FROM workflow_runs WHERE id = :id AND lease_owner = :owner "
-                   "FOR UPDATE")
+                   "FOR NO KEY UPDATE")
 
 
 async def take_lease(db: Database, scope: Scope, run_id: UUID, owner: str,
