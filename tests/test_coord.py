@@ -555,3 +555,109 @@ async def test_an_exhausted_request_pool_waits_boundedly_and_never_starves_coord
         await pool.release(held)
         await coord.close()
         await drop_keys(prefix)
+
+
+# -- one round trip out at a time (the coord pool's publishes and lease scripts) -------------
+
+
+class CountingProxy:
+    """A TCP proxy in front of Redis that counts the client's writes (one per round trip:
+    a lone command or a whole pipeline)."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self._server: asyncio.Server | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> CountingProxy:
+        target = urlsplit(REDIS_URL)
+
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       count: bool) -> None:
+            try:
+                while data := await reader.read(65536):
+                    if count:
+                        self.writes += 1
+                    writer.write(data)
+                    await writer.drain()
+            finally:
+                writer.close()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            up_reader, up_writer = await asyncio.open_connection(target.hostname,
+                                                                 target.port or 6379)
+            await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False),
+                                 return_exceptions=True)
+
+        self._server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = urlunsplit(target._replace(netloc=f"127.0.0.1:{port}"))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+@pytest.mark.redis
+async def test_a_burst_of_publishes_and_claims_is_a_few_round_trips_each_with_its_own_reply(
+) -> None:
+    prefix = f"ator-test:{uuid.uuid4().hex}:"
+    async with CountingProxy() as proxy:
+        coord = RedisCoordinator(proxy.url, prefix=prefix)
+        listener = RedisCoordinator(REDIS_URL, prefix=prefix)
+        try:
+            await coord.publish("warm", "x")  # the connection's own handshake
+            async with listener.subscribe("heard") as sub:
+                before = proxy.writes
+                heard = await asyncio.gather(*(
+                    coord.publish("heard" if i % 2 else "unheard", str(i)) for i in range(200)))
+                publishes = proxy.writes - before
+                # Each caller has its own reply: the subscribed channel's count, or 0.
+                assert heard == [1 if i % 2 else 0 for i in range(200)]
+                # In the order they were sent.
+                assert [m for _, m in await take(sub, 100)] == [str(i) for i in range(1, 200, 2)]
+            leases = [key() for _ in range(100)]
+            before = proxy.writes
+            claims = await asyncio.gather(*(coord.claim(k, "t", LONG, k) for k in leases))
+            claims_sent = proxy.writes - before
+            assert claims == [(True, False)] * 100
+            assert [await listener.holder(k) for k in leases] == ["t"] * 100
+        finally:
+            await coord.close()
+            await listener.close()
+            await drop_keys(prefix)
+    # One lone command, then the rest queued behind it: a handful of round trips, not one
+    # per command (the socket may split a large pipeline's write, hence the slack).
+    assert publishes <= 10, publishes
+    assert claims_sent <= 10, claims_sent
+
+
+@pytest.mark.redis
+async def test_an_error_in_a_pipeline_is_its_callers_alone_and_scripts_survive_a_flush() -> None:
+    prefix = f"ator-test:{uuid.uuid4().hex}:"
+    coord = RedisCoordinator(REDIS_URL, prefix=prefix)
+    raw = redis.asyncio.Redis.from_url(REDIS_URL)
+    try:
+        await raw.rpush(prefix + "lease:broken", "not a lease")  # GET on it: WRONGTYPE
+        leases = [key() for _ in range(20)]
+        outcomes = await asyncio.gather(
+            *(coord.acquire(k, "t", LONG) for k in leases[:10]),
+            coord.acquire("broken", "t", LONG),
+            *(coord.acquire(k, "t", LONG) for k in leases[10:]), return_exceptions=True)
+        assert isinstance(outcomes[10], CoordinationError)
+        assert outcomes[:10] + outcomes[11:] == [True] * 20
+        # The server forgets the lease scripts (a restart, a flush): alone or in a pipeline,
+        # each is loaded again and its command runs once.
+        await raw.script_flush()
+        assert await coord.extend(leases[0], "t", LONG) is True
+        await raw.script_flush()
+        # A publish goes first, alone: the releases queue behind it and go as one pipeline.
+        _, *released = await asyncio.gather(coord.publish("x", "first"),
+                                            *(coord.release(k, "t") for k in leases))
+        assert released == [True] * 20
+        assert [await coord.holder(k) for k in leases] == [None] * 20
+    finally:
+        await raw.aclose()
+        await coord.close()
+        await drop_keys(prefix)
