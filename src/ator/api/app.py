@@ -110,7 +110,7 @@ def create_app(
                                      per_org=settings.max_waits_per_org)
     # The socket server (ator.realtime) shares the app: /socket.io/ goes to it. With no
     # lifespan (tests), whoever sets app.state.ator attaches and closes app.state.sockets.
-    sockets = SocketServer(redis_url=settings.redis_url, channel=f"{settings.redis_prefix}socketio")
+    sockets = SocketServer(redis_url=settings.redis_url, prefix=settings.redis_prefix)
     app.state.sockets = sockets
     # Innermost of the middlewares: /socket.io/ never reaches it (SocketRoute), a too-large
     # body is refused before it (BodyLimit).

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from uuid import UUID
@@ -66,7 +67,9 @@ from ator.security.sessions import csrf_valid, session_from_cookies
 from ator.store.records import Event, Principal
 from ator.store.scope import Scope
 
-__all__ = ["SocketServer"]
+__all__ = ["SOCKETIO_CHANNEL", "SocketServer"]
+
+SOCKETIO_CHANNEL = "socketio"  # the replicas' socket.io messages (a coordinator channel)
 
 log = get_logger("ator.realtime")
 
@@ -89,9 +92,13 @@ class SocketServer:
     """The socket.io server of one replica. `asgi` is its ASGI app (path /socket.io/);
     `attach(ator)` once the runtime is open, `close()` before it closes."""
 
-    def __init__(self, *, redis_url: str | None = None, channel: str = "ator:socketio"
-                 ) -> None:
-        manager = (RedisManager(redis_url, channel=channel) if redis_url else LocalManager())
+    def __init__(self, *, redis_url: str | None = None, prefix: str = "ator:") -> None:
+        # Replicas' socket.io messages: the coordinator's channel `SOCKETIO_CHANNEL` (so
+        # `<prefix>socketio` on Redis), published through the runtime's coordinator once
+        # attached to a runtime on the same Redis and prefix.
+        self._redis = (redis_url, prefix) if redis_url else None
+        manager = (RedisManager(redis_url, channel=prefix + SOCKETIO_CHANNEL) if redis_url
+                   else LocalManager())
         manager.deliver_in_background(is_org_room)
         # cors_allowed_origins=None: a browser's socket is accepted from this server's own
         # origin only (the console at /ui); clients that send no Origin are not browsers.
@@ -140,6 +147,9 @@ class SocketServer:
             Feeds(self.sio, log(lambda: self.ator), outbox_bytes=s.socket_outbox_bytes,
                   slow_timeout=s.socket_slow_timeout, disconnect=disconnect)
             for log in (ThreadLog, RunLog))
+        if isinstance(self.sio.manager, RedisManager) \
+                and self._redis == (s.redis_url, s.redis_prefix):
+            self.sio.manager.publish_with(partial(ator.coord.publish, SOCKETIO_CHANNEL))
         self._spawn(self._recheck_every(s.socket_recheck_interval))
         self._spawn(self._sweep_every(s.socket_slow_timeout))
         if not self.sio.manager_initialized:
