@@ -59,7 +59,15 @@ from ator.providers.base import Provider
 from ator.realtime import SocketRoute, SocketServer
 from ator.settings import Settings
 
-__all__ = ["announce_bootstrap", "create_app", "worker_app"]
+__all__ = ["CORE_ROUTERS", "announce_bootstrap", "create_app", "worker_app"]
+
+# The core's routers, in the order requests try them. Threads first: a message, a thread's
+# read and its events are most of the traffic, and each router ahead of them cost every one
+# of those requests a pass over its routes (7 were: ~50 us of CPU per request). No route
+# shadows another (tests/test_routes.py), so the order decides nothing but that cost.
+CORE_ROUTERS = tuple(module.router for module in (
+    threads, ops, orgs, keys, secrets, tree_caps, sessions, setups, sse, mcp_servers,
+    instructions, calls, catalog, webhooks, workflows, schedules, approvals, analyses, sso))
 
 def announce_bootstrap(runtime_key: tuple[str, bool] | None) -> None:
     """Print a newly created operator key once, to stderr (a preset one is never printed)."""
@@ -128,10 +136,8 @@ def create_app(
         app.add_middleware(ProxyHeadersMiddleware,
                            trusted_hosts=list(settings.trusted_proxies))
     install_problem_handlers(app)
-    for module in (ops, orgs, keys, secrets, tree_caps, sessions, setups, threads, sse,
-                   mcp_servers, instructions, calls, catalog, webhooks, workflows, schedules,
-                   approvals, analyses, sso):
-        app.include_router(module.router)
+    for router in CORE_ROUTERS:
+        app.include_router(router)
 
     def mount_extensions(rt: Ator) -> None:
         for router in rt.routes():
