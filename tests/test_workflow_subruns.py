@@ -150,3 +150,40 @@ async def test_a_parent_resumed_after_its_child_failed_starts_a_new_child(
     assert "no good" in (again["error"] or "")
     second = await settled(runtime, scope, uuid.UUID(started[1]))
     assert second["status"] == "failed"
+
+
+async def test_a_pause_of_the_tree_locks_the_child_before_the_parent(runtime: Ator) -> None:
+    # A child's own tick locks the child, then its parent (its end wakes the parent, its
+    # spend rolls up). A pause, resume or cancel of the parent changes both: it must take
+    # them in the same order, or each side can hold the row the other waits for.
+    scope = await org(runtime)
+    flows = runtime.service(Workflows)
+    child = await published(runtime, scope, recipe(
+        {"id": "w", "type": "wait", "seconds": 3600}))
+    parent = await published(runtime, scope, recipe(sub(child)))
+    run, _ = await flows.start(scope, parent, {})
+    kid_id = await child_of(runtime, scope, run["id"])
+    await settled(runtime, scope, kid_id, until={"running"})
+    async with runtime.db.pool.acquire() as side:  # where the child's tick would be
+        ticking = side.transaction()
+        await ticking.start()
+        await side.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR NO KEY UPDATE", kid_id)
+        pausing = asyncio.create_task(flows.pause(scope, run["id"]))
+
+        async def waits() -> bool:
+            return bool(await runtime.db.pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()"))
+        deadline = time.monotonic() + 10
+        while not await waits():
+            assert time.monotonic() < deadline, "the pause never waited for the child"
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # as far as the pause can get
+        # The child's tick can still take the parent: the pause has not locked it.
+        assert await side.fetchval(
+            "SELECT id FROM workflow_runs WHERE id = $1 FOR NO KEY UPDATE NOWAIT",
+            run["id"]) == run["id"]
+        await ticking.rollback()
+    paused = await pausing
+    assert paused["status"] == "paused"
+    assert (await flows.run(scope, kid_id))["status"] == "paused"

@@ -23,7 +23,7 @@ from ator.store.database import Connection, Row
 from ator.store.jobs import NewJob
 from ator.store.scope import Scope
 
-__all__ = ["RECONCILE_KIND", "child", "depth", "descendants", "ended", "roll_up",
+__all__ = ["RECONCILE_KIND", "child", "depth", "descendants", "ended", "lock_tree", "roll_up",
            "start_child"]
 
 # The workflows' reconcile job kind (workflows/kinds.py `RECONCILE`), and its unique key.
@@ -114,6 +114,27 @@ WITH RECURSIVE d AS (
 )
 SELECT id FROM d WHERE status IN ('running','paused','waiting')
 """)
+
+
+# The run and every sub-run below it, locked deepest first (then by id): the order a sub-run's
+# own tick takes rows in (itself, then its parent when it ends or rolls its spend up), so a
+# pause, resume or cancel of the tree cannot hold a parent that a child's tick waits for
+# while waiting for that child.
+_LOCK_TREE = sa.text("""
+WITH RECURSIVE d AS (
+  SELECT id, 0 AS depth FROM workflow_runs WHERE id = :id AND org_id = :org_id
+  UNION ALL
+  SELECT r.id, d.depth + 1 FROM workflow_runs r JOIN d ON r.parent_run_id = d.id
+)
+SELECT r.id FROM workflow_runs r JOIN d ON d.id = r.id
+ ORDER BY d.depth DESC, r.id FOR NO KEY UPDATE OF r
+""")
+
+
+async def lock_tree(conn: Connection, scope: Scope, run_id: UUID) -> None:
+    """Lock the run and its sub-runs at any depth, deepest first, on the caller's
+    transaction (before changing several of them)."""
+    await conn.execute(_LOCK_TREE, {"id": run_id, "org_id": scope.org_id})
 
 
 async def descendants(conn: Connection, scope: Scope, run_id: UUID) -> list[UUID]:

@@ -168,6 +168,7 @@ class Workflows:
     async def pause(self, scope: Scope, run_id: UUID, reason: str = "user") -> Row:
         """Pause gracefully: no new step starts; steps in flight finish."""
         async with self.db.begin() as conn:
+            await subruns.lock_tree(conn, scope, run_id)
             row = await run_store.pause(conn, scope, run_id, reason)
             if row is not None:
                 await self._paused(conn, scope, row, reason)
@@ -180,6 +181,7 @@ class Workflows:
     async def resume(self, scope: Scope, run_id: UUID) -> Row:
         """Resume a paused run (its failed steps run again)."""
         async with self.db.begin() as conn:
+            await subruns.lock_tree(conn, scope, run_id)
             row = await run_store.resume(conn, scope, run_id)
             if row is not None:
                 await self._changed(conn, scope, run_id, "run_resumed", {})
@@ -191,6 +193,7 @@ class Workflows:
     async def cancel(self, scope: Scope, run_id: UUID, reason: str = "user") -> Row:
         """Cancel: terminal at once; steps in flight finish, queued ones never start."""
         async with self.db.begin() as conn:
+            await subruns.lock_tree(conn, scope, run_id)
             row = await run_store.cancel(conn, scope, run_id, reason)
             if row is not None:
                 await self._changed(conn, scope, run_id, "run_cancelled", {"reason": reason})
