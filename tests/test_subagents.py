@@ -7,10 +7,13 @@ import asyncio
 import uuid
 from typing import Any
 
+import sqlalchemy as sa
+
 from ator import Scope
 from ator.agent.hooks import LoopHook
 from ator.errors import ToolError
 from ator.providers.base import ModelRequest
+from ator.providers.scripted import ScriptedProvider
 from ator.store import tree as tree_store
 from ator.subagents.service import Subagents, parse_spawn
 from ator.subagents.tools import subagent_tools
@@ -406,3 +409,39 @@ async def test_stopping_an_idle_intermediate_cancels_below_it_and_tells_its_pare
         assert (await ator.stop(scope, lead.id)).running is False  # again: nothing more to tell
         assert len(await _notifications(ator, scope, root.id)) == 1
         assert [e.kind for e in await ator.events(scope, lead.id)].count("notification") == 0
+
+
+async def test_a_stop_drops_pending_results_before_it_marks_their_threads(make_ator: Any) -> None:
+    # A turn that starts takes its mailbox items (a child's result among them), then its
+    # thread's row. A stop of that thread's subtree marks the threads and drops the pending
+    # results: in the other order the two could each hold a row the other waits for.
+    async with make_ator(providers={"s": ScriptedProvider([])}) as ator:
+        scope, parent = await new_thread(ator, "s")
+        child = uuid.uuid4()
+        await ator.db.write(sa.text(
+            "INSERT INTO threads (id, org_id, setup_id, parent_id, root_id, title)"
+            " SELECT :child, org_id, setup_id, id, id, 'child' FROM threads WHERE id = :p"),
+            {"child": child, "p": parent.id})
+        await ator.db.write(sa.text(
+            "INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content)"
+            " VALUES (gen_random_uuid(), :o, :p, :cmid, 'subagent_result', '{}'::jsonb)"),
+            {"o": scope.org_id, "p": parent.id, "cmid": f"subagent:{child}"})
+        async with ator.db.pool.acquire() as side:  # where the parent's turn start would be
+            starting = side.transaction()
+            await starting.start()
+            await side.execute("SELECT 1 FROM mailbox WHERE thread_id = $1 FOR UPDATE",
+                               parent.id)
+            stopping = asyncio.create_task(
+                tree_store.cancel(ator.db, scope, parent.id, include_self=True))
+            deadline = asyncio.get_running_loop().time() + 10
+            while not await ator.db.pool.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"):
+                assert asyncio.get_running_loop().time() < deadline, "the stop never waited"
+                await asyncio.sleep(0.02)
+            # The turn start can still take its thread's row: the stop has not marked it.
+            assert await side.fetchval("SELECT id FROM threads WHERE id = $1 FOR UPDATE NOWAIT",
+                                       parent.id) == parent.id
+            await starting.rollback()
+        assert sorted(await stopping) == sorted([parent.id, child])
+        assert await tree_store.pending_results(ator.db, scope, parent.id) == []

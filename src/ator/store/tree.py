@@ -372,26 +372,31 @@ class ResultPart:
 async def cancel(db: Database, scope: Scope, thread_id: UUID, *, include_self: bool) -> list[UUID]:
     """Mark the subtree below `thread_id` (and the thread itself with `include_self`)
     cancelled, and drop results still pending from it, in one statement. Returns the ids
-    marked (those already cancelled are not returned again)."""
+    marked (those already cancelled are not returned again).
+
+    The results go first (`gone` is counted before a thread is marked): a turn that starts
+    takes its mailbox items, then its thread's row, and the other order could deadlock
+    with it."""
     stmt = sa.text("""
         WITH RECURSIVE sub AS (
           SELECT id, 0 AS lvl FROM threads WHERE id = :id AND org_id = :org_id
           UNION ALL
           SELECT t.id, sub.lvl + 1 FROM threads t JOIN sub ON t.parent_id = sub.id
            WHERE t.org_id = :org_id
-        ), marked AS (
-          UPDATE threads SET cancelled_at = now()
-           WHERE id IN (SELECT id FROM sub WHERE lvl > 0 OR :include_self)
-             AND org_id = :org_id AND cancelled_at IS NULL
-          RETURNING id
         ), dropped AS (
           DELETE FROM mailbox
            WHERE org_id = :org_id AND turn_id IS NULL
              AND client_message_id IN (SELECT 'subagent:' || id::text FROM sub
                                         WHERE lvl > 0 OR :include_self)
           RETURNING id
+        ), gone AS (SELECT count(*) AS n FROM dropped), marked AS (
+          UPDATE threads SET cancelled_at = now()
+           WHERE id IN (SELECT id FROM sub WHERE lvl > 0 OR :include_self)
+             AND org_id = :org_id AND cancelled_at IS NULL
+             AND (SELECT n FROM gone) >= 0
+          RETURNING id
         )
-        SELECT id, (SELECT count(*) FROM dropped) AS dropped FROM marked
+        SELECT id, (SELECT n FROM gone) AS dropped FROM marked
     """)
     rows = await db.fetch(stmt, {"id": thread_id, "org_id": scope.org_id,
                                  "include_self": include_self}, write=True)
