@@ -89,6 +89,14 @@ async def _partial(page: Page) -> str:
     return (await page.locator("[data-testid=streaming]").first.inner_text()).strip()
 
 
+async def _following(page: Page, thread_id: str) -> None:
+    """Until the chat follows the thread over its socket. It reads the thread over HTTP
+    first and follows from the last seq that read showed, so what a test posts before this
+    may reach the page as history, not as frames (CI once saw frames [3, 4] of 1-4)."""
+    await page.wait_for_function(
+        "id => window.__atorLive.follows.has('thread:' + id)", arg=thread_id)
+
+
 async def _create_thread(page: Page, title: str) -> str:
     await page.wait_for_selector("[data-testid=new-thread] select option", state="attached")
     await page.fill("[data-testid=new-thread] input[name=title]", title)
@@ -248,6 +256,7 @@ async def test_a_replica_restarted_mid_turn_costs_the_page_nothing(
     try:
         page = await log_in(context, b.url, deployment.admin_key)
         thread_id = await _create_thread(page, "Through a restart")
+        await _following(page, thread_id)  # every frame of the turn comes over the socket
         client = deployment.client(a)
         await client.ok("POST", f"/v1/threads/{thread_id}/messages", 202,
                         json={"text": "Count through a restart"})
