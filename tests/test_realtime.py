@@ -39,6 +39,20 @@ async def replica(make_ator: Any, gated: Gated, **overrides: Any
             await app.state.sockets.close()
 
 
+@asynccontextmanager
+async def replica_pair(make_ator: Any, gated: Gated) -> AsyncIterator[
+        tuple[tuple[str, Ator, Any], tuple[str, Ator, Any]]]:
+    """Replicas A and B on one Redis prefix; B runs no turns, so whatever B's sockets get of
+    a turn crossed from A through Redis."""
+    prefix = f"ator-test-rt-{uuid.uuid4().hex[:8]}:"
+    async with AsyncExitStack() as stack:
+        a = await stack.enter_async_context(
+            replica(make_ator, gated, redis_url=REDIS_URL, redis_prefix=prefix))
+        b = await stack.enter_async_context(
+            replica(make_ator, gated, redis_url=REDIS_URL, redis_prefix=prefix, engine=False))
+        yield a, b
+
+
 @pytest.fixture
 async def clients() -> AsyncIterator[Callable[[], Client]]:
     made: list[Client] = []
@@ -198,13 +212,7 @@ async def test_a_turn_started_through_replica_a_reaches_a_socket_on_replica_b(
     make_ator: Any, clients: Any
 ) -> None:
     gated = Gated(pieces=2)
-    prefix = f"ator-test-rt-{uuid.uuid4().hex[:8]}:"
-    async with AsyncExitStack() as stack:
-        base_a, a, _ = await stack.enter_async_context(
-            replica(make_ator, gated, redis_url=REDIS_URL, redis_prefix=prefix))
-        # B runs no turns: whatever B's sockets get of this turn crossed from A through Redis.
-        base_b, _, _ = await stack.enter_async_context(
-            replica(make_ator, gated, redis_url=REDIS_URL, redis_prefix=prefix, engine=False))
+    async with replica_pair(make_ator, gated) as ((base_a, a, _), (base_b, _, _)):
         scope, thread = await new_thread(a, "gated")
         on_a, on_b, watcher_b = clients(), clients(), clients()
         await on_a.connect(base_a, await member_key(a, scope))
@@ -232,12 +240,7 @@ async def test_a_burst_of_org_notices_crosses_through_the_coordinator_in_order(
     # busy (a burst of 1,000 turns opened ~700); on a runtime's Redis the manager publishes
     # through the coordinator instead, and B still gets every notice, in order.
     gated = Gated(pieces=1)
-    prefix = f"ator-test-rt-{uuid.uuid4().hex[:8]}:"
-    async with AsyncExitStack() as stack:
-        _, a, gw_a = await stack.enter_async_context(
-            replica(make_ator, gated, redis_url=REDIS_URL, redis_prefix=prefix))
-        base_b, _, _ = await stack.enter_async_context(
-            replica(make_ator, gated, redis_url=REDIS_URL, redis_prefix=prefix, engine=False))
+    async with replica_pair(make_ator, gated) as ((_, a, gw_a), (base_b, _, _)):
         scope, _ = await new_thread(a, "gated")
         watcher = clients()
         await watcher.connect(base_b, await member_key(a, scope, "viewer"))

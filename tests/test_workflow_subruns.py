@@ -45,6 +45,19 @@ async def child_of(ator: Ator, scope: Scope, run_id: Any, timeout: float = 60.0)
         await asyncio.sleep(0.05)
 
 
+async def waiting_child(ator: Ator) -> tuple[Scope, Any, uuid.UUID]:
+    """A parent run whose sub-run is running, waiting an hour: (its org, the parent, the
+    child's id)."""
+    scope = await org(ator)
+    flows = ator.service(Workflows)
+    child = await published(ator, scope, recipe({"id": "w", "type": "wait", "seconds": 3600}))
+    parent = await published(ator, scope, recipe(sub(child)))
+    run, _ = await flows.start(scope, parent, {})
+    kid_id = await child_of(ator, scope, run["id"])
+    await settled(ator, scope, kid_id, until={"running"})
+    return scope, run, kid_id
+
+
 async def test_the_step_completes_with_the_childs_output(runtime: Ator) -> None:
     scope = await org(runtime)
     child = await published(runtime, scope, recipe(
@@ -105,14 +118,8 @@ async def test_the_childs_spend_rolls_up_once(runtime: Ator) -> None:
 
 
 async def test_pause_resume_and_cancel_reach_the_child(runtime: Ator) -> None:
-    scope = await org(runtime)
+    scope, run, kid_id = await waiting_child(runtime)
     flows = runtime.service(Workflows)
-    child = await published(runtime, scope, recipe(
-        {"id": "w", "type": "wait", "seconds": 3600}))
-    parent = await published(runtime, scope, recipe(sub(child)))
-    run, _ = await flows.start(scope, parent, {})
-    kid_id = await child_of(runtime, scope, run["id"])
-    await settled(runtime, scope, kid_id, until={"running"})
     await flows.pause(scope, run["id"])
     kid = await flows.run(scope, kid_id)
     assert kid["status"] == "paused" and kid["pause_reason"] == "parent"
@@ -156,14 +163,8 @@ async def test_a_pause_of_the_tree_locks_the_child_before_the_parent(runtime: At
     # A child's own tick locks the child, then its parent (its end wakes the parent, its
     # spend rolls up). A pause, resume or cancel of the parent changes both: it must take
     # them in the same order, or each side can hold the row the other waits for.
-    scope = await org(runtime)
+    scope, run, kid_id = await waiting_child(runtime)
     flows = runtime.service(Workflows)
-    child = await published(runtime, scope, recipe(
-        {"id": "w", "type": "wait", "seconds": 3600}))
-    parent = await published(runtime, scope, recipe(sub(child)))
-    run, _ = await flows.start(scope, parent, {})
-    kid_id = await child_of(runtime, scope, run["id"])
-    await settled(runtime, scope, kid_id, until={"running"})
     async with runtime.db.pool.acquire() as side:  # where the child's tick would be
         ticking = side.transaction()
         await ticking.start()
