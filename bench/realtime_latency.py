@@ -53,6 +53,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 import httpx
+from burn import cpu_burner
 from realtime_server import Tick
 
 from ator import Ator, Scope, Settings
@@ -430,13 +431,8 @@ def main() -> int:
 def _measured(args: argparse.Namespace, burn: bool) -> dict[str, Any]:
     """One session, beside a busy process when `burn`, with the load average around it."""
     load = _load()
-    burner = (subprocess.Popen([sys.executable, "-c", "while True: pass"]) if burn else None)
-    try:
+    with cpu_burner(burn):
         result = asyncio.run(run(args))
-    finally:
-        if burner is not None:
-            burner.kill()
-            burner.wait()
     return {"beside_cpu_burner": burn, **result, "load_average": {"start": load,
                                                                    "end": _load()}}
 

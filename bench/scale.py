@@ -21,7 +21,9 @@ HTTP front of its own), N `ainvoke`s at once on new threads, its chat model stre
 same paced fake over HTTP. Overhead = turn time - stream time; "all done" the same way.
 
     ATOR_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
-        .venv/bin/python bench/scale.py --n 100 300 1000 [--serve-arg=--workers=2]
+        .venv/bin/python bench/scale.py --n 100 300 1000 [--serve-arg=--workers=2] [--burn]
+
+`--burn` runs everything beside a CPU-burning process (one busy loop on a core).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import psutil
+from burn import cpu_burner
 
 RESULTS = Path(__file__).parent / "results" / "scale.json"
 
@@ -459,6 +462,8 @@ async def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument("--env", action="append", default=[],
                         help="KEY=VALUE for the server, e.g. ATOR_REDIS_URL=redis://...")
+    parser.add_argument("--burn", action="store_true",
+                        help="run every round beside a CPU-burning process (both systems)")
     args = parser.parse_args()
     admin = os.environ.get("ATOR_DATABASE_URL")
     if not admin:
@@ -466,6 +471,24 @@ async def main() -> None:
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     model, model_url = start_model(args.duration)
     rounds: list[Round] = []
+    with cpu_burner(args.burn):
+        await compare(args, admin, model, model_url, rounds)
+    show(rounds)
+    for line in checks(rounds):
+        print(line)
+    print(f"load average: {load_before} before, "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after ({os.cpu_count()} CPUs)"
+          + (", beside a CPU-burning process" if args.burn else ""))
+    RESULTS.parent.mkdir(exist_ok=True)
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    label = (args.label or time.strftime("%Y-%m-%dT%H:%M:%S")) + ("_burn" if args.burn else "")
+    previous[label] = [asdict(r) for r in rounds]
+    RESULTS.write_text(json.dumps(previous, indent=1, default=str))
+
+
+async def compare(args: argparse.Namespace, admin: str, model: subprocess.Popen[str],
+                  model_url: str, rounds: list[Round]) -> None:
+    """ator's rounds, then LangGraph's, appended to `rounds` as each ends."""
     try:
         if args.only != "langgraph":
             await fresh_db(admin, "bench_scale")
@@ -488,15 +511,6 @@ async def main() -> None:
     finally:
         model.terminate()
         model.wait(10)
-    show(rounds)
-    for line in checks(rounds):
-        print(line)
-    print(f"load average: {load_before} before, "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after ({os.cpu_count()} CPUs)")
-    RESULTS.parent.mkdir(exist_ok=True)
-    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    previous[args.label or time.strftime("%Y-%m-%dT%H:%M:%S")] = [asdict(r) for r in rounds]
-    RESULTS.write_text(json.dumps(previous, indent=1, default=str))
 
 
 if __name__ == "__main__":
