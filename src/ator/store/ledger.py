@@ -73,9 +73,10 @@ __all__ = [
 _MONTH = "date_trunc('month', now())::date"
 
 #: SQL for the `org_usage.shard` a billed call adds to: the budget row when the call settles
-#: a reservation, else one of 15 shards picked by the turn's id (`:turn_id`).
+#: a reservation, else one of 64 shards picked by the turn's id (`:turn_id`): as many as a
+#: few processes' pools have connections, so that concurrent turn ends seldom meet on a row.
 BUDGET_SHARD = "0"
-TURN_SHARD = "(1 + get_byte(uuid_send(CAST(:turn_id AS uuid)), 15) % 15)"
+TURN_SHARD = "(1 + get_byte(uuid_send(CAST(:turn_id AS uuid)), 15) % 64)"
 
 #: The monthly limit in force for an org row `o` (LEAST ignores NULLs; NULL = no limit).
 #: `start_turn` should read this instead of `o.monthly_budget_usd`.
