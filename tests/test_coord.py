@@ -562,9 +562,10 @@ async def test_an_exhausted_request_pool_waits_boundedly_and_never_starves_coord
 
 class CountingProxy:
     """A TCP proxy in front of Redis that counts the client's writes (one per round trip:
-    a lone command or a whole pipeline)."""
+    a lone command or a whole pipeline), holding each for `delay` seconds (a slow link)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
         self.writes = 0
         self._server: asyncio.Server | None = None
         self.url = ""
@@ -578,6 +579,7 @@ class CountingProxy:
                 while data := await reader.read(65536):
                     if count:
                         self.writes += 1
+                        await asyncio.sleep(self.delay)
                     writer.write(data)
                     await writer.drain()
             finally:
@@ -631,6 +633,32 @@ async def test_a_burst_of_publishes_and_claims_is_a_few_round_trips_each_with_it
     # per command (the socket may split a large pipeline's write, hence the slack).
     assert publishes <= 10, publishes
     assert claims_sent <= 10, claims_sent
+
+
+@pytest.mark.redis
+async def test_a_burst_of_requests_on_a_small_request_pool_queues_in_pipelines_not_on_the_pool(
+) -> None:
+    """500 requests at once on a request pool of one connection, over a link with 20 ms
+    round trips: each waiting its turn for the connection would take 10 s and fail after
+    `pool_timeout` (the 503 a burst of long-polls once met). Queued behind the round trip
+    that is out, they go as a few pipelines, each with its own count."""
+    prefix = f"ator-test:{uuid.uuid4().hex}:"
+    async with CountingProxy(delay=0.02) as proxy:
+        coord = RedisCoordinator(proxy.url, prefix=prefix, request_pool_size=1,
+                                 pool_timeout=0.5)
+        try:
+            await coord.hit("warm", LONG)  # the connection's own handshake
+            before = proxy.writes
+            counts, holders = await asyncio.gather(
+                asyncio.gather(*(coord.hit("burst", LONG) for _ in range(500))),
+                asyncio.gather(*(coord.holder(key()) for _ in range(50))))
+            sent = proxy.writes - before
+            assert sorted(counts) == list(range(1, 501))
+            assert holders == [None] * 50
+        finally:
+            await coord.close()
+            await drop_keys(prefix)
+    assert sent <= 10, sent
 
 
 @pytest.mark.redis
