@@ -230,7 +230,7 @@ class _RedisSubscription:
             self._queue.put_nowait(None)
             if pubsub is not None:
                 with _map_errors:
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # unannotated upstream
+                    await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # redis < 8.2 leaves it unannotated
 
     async def _stop_reader(self, pubsub: PubSub, reader: asyncio.Task[None]) -> None:
         try:
@@ -348,7 +348,7 @@ class _RedisListener:
             reader.cancel()
             await asyncio.wait({reader})
         with _map_errors:
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]  # unannotated upstream
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # redis < 8.2 leaves it unannotated
 
 
 class _Batched:
