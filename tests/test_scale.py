@@ -129,6 +129,9 @@ async def test_admission_bounds_turns_in_flight_and_starts_the_rest_in_order(mak
             assert end.data["stop_reason"] == "end_turn"
         assert provider.peak <= 2
         assert len(provider.order) == 6
+        for scope, thread in threads:  # one turn per message, none run twice
+            [turn] = await ator.turns(scope, thread.id)
+            assert (turn.status, turn.stop_reason) == ("done", "end_turn")
         assert ator.load()["turns_in_flight"] == 0
 
 
