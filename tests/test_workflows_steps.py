@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -190,27 +189,35 @@ async def test_http_sends_a_secret_by_reference_and_a_redirect_to_a_private_addr
         assert [s[":path"] for s in seen] == ["/ok", "/hop"]  # 10.9.9.9 never reached
 
 
+@pytest.mark.parametrize("claim_delay", [0.0, 1.5])
 async def test_a_run_with_no_progress_closes_with_a_typed_reason(
-    runtime: Ator, monkeypatch: pytest.MonkeyPatch,
+    runtime: Ator, monkeypatch: pytest.MonkeyPatch, claim_delay: float,
 ) -> None:
+    # The run's only step never finishes: the idle timer alone must close the run, whether
+    # the step's job began before the clock ran out (its body hangs) or only after (a loaded
+    # machine; the 1.5 s case forces it). The old test waited for the body to begin first,
+    # so a job that started after the 1 s clock waited for a body that never ran.
+    from ator.workflows.steps import StepRunner
     from ator.workflows.types import Transform
 
-    stuck = asyncio.Event()
-
     async def hang(self: Transform, attempt: Any) -> Any:
-        stuck.set()
         await asyncio.Event().wait()  # never finishes (until the job is cancelled)
 
+    handle = StepRunner.handle
+
+    async def late(self: StepRunner, ctx: Any, payload: dict[str, Any]) -> None:
+        await asyncio.sleep(claim_delay)
+        await handle(self, ctx, payload)
+
     monkeypatch.setattr(Transform, "run", hang)
+    monkeypatch.setattr(StepRunner, "handle", late)
     scope = await org(runtime)
     wf = await published(runtime, scope, recipe({"id": "a", "type": "transform", "expr": "1"},
                                                 budget={"idle_s": 1}))
     run, _ = await runtime.service(Workflows).start(scope, wf, {})
-    async with asyncio.timeout(30):
-        await stuck.wait()
     done = await settled(runtime, scope, run["id"], timeout=30)
     assert (done["status"], done["fail_reason"]) == ("failed", "no_progress")
-    _ = uuid
+    assert (await steps_of(runtime, scope, run["id"]))["a"]["status"] != "done"
 
 
 async def test_every_close_of_a_run_reaches_its_end_parts_once(
