@@ -206,6 +206,7 @@ async def test_ator_worker_runs_and_stops_on_sigterm(database_url: str, tmp_path
         async with asyncio.timeout(60):
             while b"ator worker: running" not in (line := await proc.stderr.readline()):
                 assert line, "ator worker exited before running"
+        assert b"uvloop" in line  # the loop `ator serve` runs on (cli/loop.py)
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
     finally:

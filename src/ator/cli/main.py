@@ -1,4 +1,4 @@
-"""The `ator` command (layer: cli; the sync edge: asyncio.run lives here and only here).
+"""The `ator` command (layer: cli; the sync edge: the commands start their event loops here).
 
 Commands: serve, worker, migrate, demo, chat, doctor, inspect, tree, the admin group and
 the workflow and eval groups. Settings come from ATOR_* environment variables (see ator.settings).

@@ -1,10 +1,11 @@
 """`ator worker`: jobs, schedules and the engine's reaper, without HTTP (layer: cli; imports
-ator (the facade), obs.logging, settings).
+ator (the facade), cli.loop, obs.logging, settings).
 
-The process opens the runtime like `ator serve` does (same database, migrations and
-coordinator), starts the job runner, and waits for SIGTERM or SIGINT. Shutdown stops
-claiming, gives running handlers ATOR_JOB_GRACE seconds, and hands the rest back (queued
-again, their attempt not spent) before closing the engine; exit code 0.
+The process opens the runtime like `ator serve` does (same database, migrations,
+coordinator and event loop: uvloop, see cli.loop), starts the job runner, and waits for
+SIGTERM or SIGINT. Shutdown stops claiming, gives running handlers ATOR_JOB_GRACE seconds,
+and hands the rest back (queued again, their attempt not spent) before closing the engine;
+exit code 0.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import signal
 
 import typer
 
+from ator.cli import loop as event_loop
 from ator.obs import tracing
 from ator.obs.logging import configure_logging, get_logger
 from ator.settings import Settings
@@ -28,7 +30,7 @@ def worker() -> None:
     settings = Settings()
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
     tracing.configure_from(settings)
-    asyncio.run(_work(settings))
+    event_loop.run(_work(settings))
 
 
 async def _work(settings: Settings) -> None:
@@ -43,8 +45,10 @@ async def _work(settings: Settings) -> None:
     try:
         await runtime.start_jobs()
         kinds = sorted(k.name for k in runtime.service(JobKinds))
-        log.info("ator worker running", extra={"kinds": kinds})
-        typer.echo(f"ator worker: running ({len(kinds)} job kinds); SIGTERM stops", err=True)
+        log.info("ator worker running", extra={"kinds": kinds,
+                                               "event_loop": type(loop).__module__})
+        typer.echo(f"ator worker: running ({len(kinds)} job kinds, {type(loop).__module__}); "
+                   "SIGTERM stops", err=True)
         await stop.wait()
         typer.echo("ator worker: stopping (finishing or handing back held jobs)", err=True)
     finally:
