@@ -340,6 +340,8 @@ def render(config: dict[str, Any], results: dict[str, dict[str, Any]],
         f"AsyncConnectionPool min_size = max_size",
         f"LangGraph: create_react_agent + AsyncPostgresSaver, "
         f"durability={config['langgraph_durability']!r}",
+        f"event loop: {config['event_loop']}, both systems in this one process "
+        f"(--loop asyncio for the standard one)",
         "",
         f"{'metric':<42}{'ator':>16}{'LangGraph':>16}",
     ]
@@ -401,6 +403,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--langgraph-durability", choices=get_args(Durability), default="sync",
                         help="'sync' (default) checkpoints every step before the next, as "
                              "ator persists every step")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
+                        help="the event loop both systems run on: uvloop (default; what "
+                             "`ator serve` and `ator worker` run on) or the standard one")
     parser.add_argument("--settle", type=float, default=STATS_SETTLE_SECONDS,
                         help="idle seconds before reading server counters (see pgserver.py)")
     args = parser.parse_args(argv)
@@ -435,6 +440,7 @@ async def main(args: argparse.Namespace) -> int:
             "turns": args.turns, "concurrent_turns": args.concurrent_turns,
             "in_flight": args.in_flight, "pool_size": args.pool_size,
             "langgraph_durability": args.langgraph_durability, "settle_s": args.settle,
+            "event_loop": args.loop,
             "warmup_turns": WARMUP_TURNS, "turn_timeout_s": TURN_TIMEOUT,
             "load_before": load_before,
             "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
@@ -455,4 +461,9 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(parse_args())))
+    arguments = parse_args()
+    if arguments.loop == "uvloop":
+        import uvloop
+
+        sys.exit(uvloop.run(main(arguments)))
+    sys.exit(asyncio.run(main(arguments)))
