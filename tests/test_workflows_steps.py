@@ -217,7 +217,10 @@ async def test_a_run_with_no_progress_closes_with_a_typed_reason(
     run, _ = await runtime.service(Workflows).start(scope, wf, {})
     done = await settled(runtime, scope, run["id"], timeout=30)
     assert (done["status"], done["fail_reason"]) == ("failed", "no_progress")
-    assert (await steps_of(runtime, scope, run["id"]))["a"]["status"] != "done"
+    # Its step never finished; on a loaded machine the run may close before the first
+    # tick has even created it (a reconcile job claimed after the 1 s clock ran out).
+    step = (await steps_of(runtime, scope, run["id"])).get("a")
+    assert step is None or step["status"] != "done", step
 
 
 async def test_every_close_of_a_run_reaches_its_end_parts_once(
