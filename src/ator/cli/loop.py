@@ -3,8 +3,9 @@ installed).
 
 `ator serve` runs on uvloop: uvicorn takes it itself when it is installed. `ator worker` runs
 the same engine without HTTP (jobs, workflows, analyses, webhooks, the reaper), so it takes
-the same loop here, and every process that runs turns and jobs runs on one kind of loop. On
-`make bench`'s turn, uvloop costs about a fifth less CPU than the standard loop (bench/README).
+the same loop here, and every process that runs turns and jobs runs on one kind of loop
+(what is measured, and tested, is then what runs). What uvloop saves on one turn is small
+and within this 2-core machine's noise: `bench/event_loop.py` read 0-12% less CPU per turn.
 Where uvloop is not installed (it is not on Windows), the standard loop.
 """
 
