@@ -3,10 +3,13 @@ replica that revoked it, and last_used_at still moves (at most once a minute).""
 
 from __future__ import annotations
 
+import asyncio
+
 import sqlalchemy as sa
 
 from ator import Scope
 from ator.engine.access import Access
+from ator.store import keys as key_store
 from ator.store.schema import api_keys
 
 
@@ -39,3 +42,47 @@ async def test_a_revoked_key_is_refused_at_once_on_the_revoking_replica(make_ato
         await ator.service(Access).revoke_key(scope, record.id)
         assert await ator.service(Access).authenticate(key) is None
         assert await ator.service(Access).authenticate("ator_deadbeef_not-a-key") is None
+
+
+async def test_a_burst_that_misses_the_cache_reads_the_key_once(make_ator) -> None:
+    """A thousand POSTs with one key arrive just after its cached entry went stale: they
+    share one lookup (and one last_used_at write) instead of each reading the database."""
+    async with make_ator() as ator:
+        org = await ator.create_org("burst")
+        access = ator.service(Access)
+        record, key = await access.issue_key(Scope(org.id), email="c@x.io", role="member",
+                                             name="k")
+        before = ator.db.stats.snapshot()[0]
+        found = await asyncio.gather(*(access.authenticate(key) for _ in range(50)))
+        statements = ator.db.stats.snapshot()[0] - before
+        assert {p.key_id for p in found if p is not None} == {record.id}
+        assert None not in found
+        assert statements == 2  # the lookup and the first use's touch, not 50 of each
+
+
+async def test_a_lookup_that_read_before_a_revocation_is_not_cached_or_joined(
+        make_ator, monkeypatch) -> None:
+    async with make_ator() as ator:
+        org = await ator.create_org("race")
+        scope = Scope(org.id)
+        access = ator.service(Access)
+        record, key = await access.issue_key(scope, email="d@x.io", role="member", name="k")
+        read, release = asyncio.Event(), asyncio.Event()
+        real = key_store.key_principal
+
+        async def slow(db, digest):  # type: ignore[no-untyped-def]
+            found = await real(db, digest)
+            read.set()
+            await release.wait()
+            return found
+
+        monkeypatch.setattr(key_store, "key_principal", slow)
+        early = asyncio.ensure_future(access.authenticate(key))
+        await read.wait()  # it has read the key, still valid
+        await access.revoke_key(scope, record.id)
+        late = asyncio.ensure_future(access.authenticate(key))  # after the revocation
+        await asyncio.sleep(0)
+        release.set()
+        assert (await early) is not None  # begun before the revocation: it was valid then
+        assert (await late) is None  # not handed the early lookup's principal
+        assert await access.authenticate(key) is None  # and that principal was not cached

@@ -10,7 +10,9 @@ Authentication is read-mostly: a key's principal is cached by the key's hash for
 seconds (bounded LRU), so a busy key is not a database round trip per request, and
 `last_used_at` is written at most once a minute per key instead of on every request (one
 key used to be one hot row). A key revoked here leaves this replica's cache at once; other
-replicas stop accepting it within `AUTH_CACHE_TTL` seconds.
+replicas stop accepting it within `AUTH_CACHE_TTL` seconds. Requests that miss the cache for
+the same credential at the same moment (a burst of a thousand POSTs with one key, just after
+its entry went stale) share one lookup instead of each reading the database (`_shared`).
 
 Provisioning: `bootstrap` creates the operator org, its admin and key on an empty database
 (replicas starting together serialize on an advisory lock, so one creates it).
@@ -18,8 +20,10 @@ Provisioning: `bootstrap` creates the operator org, its admin and key on an empt
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from uuid import UUID
 
@@ -47,6 +51,9 @@ class Access:
         self._settings = settings
         # key hash -> (principal, cached at, last_used_at written at), monotonic seconds
         self._cache: OrderedDict[str, tuple[Principal, float, float]] = OrderedDict()
+        self._lookups: dict[str, asyncio.Future[Principal | None]] = {}  # by digest, running
+        # Keys and sessions revoked here so far: a lookup begun before one is stale.
+        self._revocations = 0
 
     async def authenticate(self, key: str) -> Principal | None:
         """The principal of a valid, unrevoked key or live session; None otherwise."""
@@ -57,44 +64,76 @@ class Access:
         digest = hash_key(key)
         now = time.monotonic()
         hit = self._cache.get(digest)
-        if hit is not None and now - hit[1] < AUTH_CACHE_TTL:
-            self._cache.move_to_end(digest)
-            principal, _cached, touched = hit
-            if now - touched >= _TOUCH_EVERY:
-                await key_store.touch_key(self._db, principal.key_id)
-                self._cache[digest] = (principal, hit[1], now)
-            return principal
+        if hit is None or now - hit[1] >= AUTH_CACHE_TTL:
+            return await self._shared(digest, self._read_key)
+        self._cache.move_to_end(digest)
+        principal, cached, touched = hit
+        if now - touched >= _TOUCH_EVERY:
+            self._cache[digest] = (principal, cached, now)  # before the await: one touch
+            await key_store.touch_key(self._db, principal.key_id)
+        return principal
+
+    async def _read_key(self, digest: str, revoked: int) -> Principal | None:
         found = await key_store.key_principal(self._db, digest)
         if found is None:
             self._cache.pop(digest, None)
             return None
         principal, idle = found
+        now = time.monotonic()
+        hit = self._cache.get(digest)
         touched = hit[2] if hit is not None else now - idle
         if now - touched >= _TOUCH_EVERY:
             await key_store.touch_key(self._db, principal.key_id)
             touched = now
-        self._remember(digest, principal, now, touched)
+        self._remember(digest, principal, now, touched, revoked)
         return principal
 
     async def _session(self, token: str) -> Principal | None:
         digest = hash_session(token)
-        now = time.monotonic()
         hit = self._cache.get(digest)
-        if hit is not None and now - hit[1] < AUTH_CACHE_TTL:
+        if hit is not None and time.monotonic() - hit[1] < AUTH_CACHE_TTL:
             self._cache.move_to_end(digest)
             return hit[0]
+        return await self._shared(digest, self._read_session)
+
+    async def _read_session(self, digest: str, revoked: int) -> Principal | None:
         found = await session_store.session_principal(self._db, digest)
         if found is None:
             self._cache.pop(digest, None)
             return None
         principal, expires = found
+        now = time.monotonic()
         # Cached as if read earlier, so the entry goes stale no later than the session ends.
         expires_in = expires.timestamp() - time.time()
-        self._remember(digest, principal, min(now, now + expires_in - AUTH_CACHE_TTL), now)
+        self._remember(digest, principal, min(now, now + expires_in - AUTH_CACHE_TTL), now,
+                       revoked)
         return principal
 
-    def _remember(self, digest: str, principal: Principal, cached: float, touched: float
-                  ) -> None:
+    async def _shared(self, digest: str,
+                      read: Callable[[str, int], Awaitable[Principal | None]]
+                      ) -> Principal | None:
+        """`read(digest, revocations)`, once for every caller that misses the cache for the
+        same credential while it runs. Shielded: a caller cancelled (its client went away)
+        leaves the lookup to the others."""
+        lookup = self._lookups.get(digest)
+        if lookup is None:
+            lookup = asyncio.ensure_future(read(digest, self._revocations))
+            self._lookups[digest] = lookup
+            lookup.add_done_callback(lambda done: self._looked_up(digest, done))
+        return await asyncio.shield(lookup)
+
+    def _looked_up(self, digest: str, done: asyncio.Future[Principal | None]) -> None:
+        if self._lookups.get(digest) is done:
+            del self._lookups[digest]  # a failed lookup is tried again by the next caller
+        if not done.cancelled():
+            done.exception()  # retrieved here when every caller went before it ended
+
+    def _remember(self, digest: str, principal: Principal, cached: float, touched: float,
+                  revoked: int) -> None:
+        """Cache what a lookup read, unless a key or session was revoked here since it began
+        (it may have read before the revocation committed)."""
+        if revoked != self._revocations:
+            return
         self._cache[digest] = (principal, cached, touched)
         self._cache.move_to_end(digest)
         while len(self._cache) > _CACHE_SIZE:
@@ -121,8 +160,9 @@ class Access:
         if not is_session_token(token):
             return False
         digest = hash_session(token)
-        self._cache.pop(digest, None)
-        return await session_store.revoke_session(self._db, digest)
+        closed = await session_store.revoke_session(self._db, digest)
+        self._forget(lambda cached, _principal: cached == digest)
+        return closed
 
     async def issue_key(
         self, scope: Scope, *, email: str, role: str, name: str
@@ -141,10 +181,18 @@ class Access:
     async def revoke_key(self, scope: Scope, key_id: UUID) -> ApiKey:
         revoked = await key_store.revoke_key(self._db, scope, key_id)
         # This replica stops accepting it now; others within AUTH_CACHE_TTL.
-        for digest, (principal, _, _) in list(self._cache.items()):
-            if principal.key_id == key_id:
-                del self._cache[digest]
+        self._forget(lambda _digest, principal: principal.key_id == key_id)
         return revoked
+
+    def _forget(self, which: Callable[[str, Principal], bool]) -> None:
+        """After a revocation committed: drop the cached credentials it ends, and make every
+        lookup still running stale (it may have read before the commit), so that neither
+        caches it nor is joined by a later request."""
+        self._revocations += 1
+        self._lookups.clear()
+        for digest, (principal, _, _) in list(self._cache.items()):
+            if which(digest, principal):
+                del self._cache[digest]
 
     async def bootstrap(self) -> tuple[str, bool] | None:
         """On a database with no API key: create the operator org, an admin and a key.
