@@ -7,6 +7,7 @@ the org's tree caps (refused for another org, bounded bodies).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
@@ -35,10 +36,13 @@ def _texts(body: dict[str, object]) -> list[str]:
 async def test_three_spawns_in_one_step_three_results_in_the_next_request(
     deployments: DeploymentFactory,
 ) -> None:
-    # The children's calls take a while (keepalives, then the answer); the parent's second
-    # call takes longer, so all three results wait in its mailbox when its turn ends and
-    # the next turn takes them together.
-    children = [Keepalives(reply=Reply(text=a), every=0.1, duration=0.5) for a in ANSWERS]
+    # The order is the test's, not a clock's: the children answer only once the parent's
+    # second call has begun (past its look between steps, so nothing joins its first turn),
+    # and that call ends only once all three children have ended, so the three results wait
+    # in its mailbox and its next turn takes them together.
+    children_go, parent_go = asyncio.Event(), asyncio.Event()
+    children = [Keepalives(reply=Reply(text=a), every=0.1, released=children_go)
+                for a in ANSWERS]
     async with (
         AnthropicWireFake([]) as parent_model,
         OpenAIWireFake(children) as child_model,
@@ -63,11 +67,19 @@ async def test_three_spawns_in_one_step_three_results_in_the_next_request(
                   for i in range(3)]
         parent_model.push(
             Reply(tool_calls=spawns),
-            Keepalives(reply=Reply(text="Delegated; waiting."), every=0.2, duration=3.0),
+            Keepalives(reply=Reply(text="Delegated; waiting."), every=0.2, released=parent_go),
             Reply(text="All three are in."),
         )
         thread = await api.create_thread(parent_setup["id"])
         await api.post_message(thread["id"], "research three parts in parallel")
+        async with asyncio.timeout(60):
+            await parent_model.wait_for_requests(2)
+        children_go.set()
+        spawned = (await api.ok("GET", f"/v1/threads/{thread['id']}/tree"))["data"]
+        assert len(spawned["children"]) == 3
+        for c in spawned["children"]:
+            await api.follow(c["id"], timeout=60)
+        parent_go.set()
         first = await api.follow(thread["id"], timeout=60)
         assert first[-1]["data"]["status"] == "done", first[-1]
         seen = await api.follow(thread["id"], after_seq=first[-1]["seq"], timeout=60)

@@ -170,12 +170,14 @@ class Keepalives:
     """A streamed `reply` that, after its first `after_events` wire events, sends nothing but
     keepalives (Anthropic `ping`, an OpenAI chunk with an empty delta) every `every` seconds for
     `duration` seconds, then finishes normally. A client whose stall timeout is shorter than
-    `duration` but longer than `every` must not give up."""
+    `duration` but longer than `every` must not give up. With `released`, the keepalives go
+    on until that event is set instead (a test orders two model calls without a clock)."""
 
     reply: Reply = Reply(text="worth the wait")
     after_events: int = 1
     every: float = 0.05
     duration: float = 0.5
+    released: asyncio.Event | None = None
 
 
 ScriptItem = Reply | HttpError | StreamError | Cut | Hang | Keepalives
@@ -493,12 +495,7 @@ class WireFake:
             events = self.stream_events(item.reply, request)
             for event in events[: item.after_events]:
                 await self._send_chunk(writer, event, request)
-            loop = asyncio.get_running_loop()
-            until = loop.time() + item.duration
-            # The fake plays a slow model: its pauses are the behaviour under test.
-            while loop.time() < until:
-                await asyncio.sleep(min(item.every, max(0.0, until - loop.time())))
-                await self._send_chunk(writer, self.keepalive_event(request), request)
+            await self._keep_alive(writer, request, item)
             for event in events[item.after_events :]:
                 await self._send_chunk(writer, event, request)
             await self._end_stream(writer)
@@ -512,6 +509,23 @@ class WireFake:
         else:
             await self._wait_for_disconnect(reader, request)
         return False
+
+    async def _keep_alive(self, writer: asyncio.StreamWriter, request: RecordedRequest,
+                          item: Keepalives) -> None:
+        """A keepalive every `item.every` seconds for `item.duration` seconds, or until
+        `item.released` is set."""
+        # The fake plays a slow model: its pauses are the behaviour under test.
+        if item.released is not None:
+            while not item.released.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(item.released.wait(), item.every)
+                await self._send_chunk(writer, self.keepalive_event(request), request)
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + item.duration
+        while loop.time() < until:
+            await asyncio.sleep(min(item.every, max(0.0, until - loop.time())))
+            await self._send_chunk(writer, self.keepalive_event(request), request)
 
     async def _wait_for_disconnect(
         self,
