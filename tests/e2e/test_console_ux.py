@@ -162,8 +162,12 @@ async def family(deployments: DeploymentFactory) -> AsyncIterator[Family]:
         )
         thread = await client.create_thread(lead["id"], title="The lead")
         await client.post_message(thread["id"], "research it")
-        first = await client.follow(thread["id"])
-        await client.follow(thread["id"], after_seq=first[-1]["seq"])  # woken by the result
+        # The child answers at once, so its result may reach the lead between the steps of
+        # its first turn (the child ended before the lead's second model call: a loaded
+        # machine) or wake a turn of its own (the third reply): either way it is one
+        # notification event, and the lead's turn that took it ends.
+        heard = await client.follow(thread["id"], lambda e: e["kind"] == "notification")
+        await client.follow(thread["id"], after_seq=heard[-1]["seq"])
         tree = (await client.ok("GET", f"/v1/threads/{thread['id']}/tree"))["data"]
         yield deployment, replica, thread, tree["children"][0]
 
