@@ -68,7 +68,10 @@ async def test_stop_on_the_root_posted_to_the_other_replica_cancels_the_whole_tr
             wait_for_event(b, scope, n.id, lambda e: e.kind == "turn_ended", timeout=5)
             for n in tree])
         took = loop.time() - started
-        assert took < 1.0, f"the cascade took {took:.2f}s"
+        # Each turn ended by the abort (its typed reason, below), not by its lease lapsing
+        # (5 s here): a bound under that, not a speed figure. It was 1 s, and a clean-clone CI
+        # run on a loaded machine took 1.0017 s (locally 0.06-0.12 s, beside two CPU burners).
+        assert took < 4.0, f"the cascade took {took:.2f}s"
         reasons = {n.id: e.data["stop_reason"] for n, e in zip(tree, ends, strict=True)}
         assert reasons[root.id] == "cancelled:user"
         assert {reasons[i] for i in [*children, *grandchildren]} == {"cancelled:cascade"}
