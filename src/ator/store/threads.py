@@ -16,6 +16,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
+from ator import jsonenc
 from ator.errors import NotFound, ValidationFailed
 from ator.security.limits import (
     INSTRUCTIONS_CHARS,
@@ -26,7 +27,7 @@ from ator.security.limits import (
 )
 from ator.store.database import Connection, Database, first
 from ator.store.records import Thread
-from ator.store.schema import setups, threads
+from ator.store.schema import threads
 from ator.store.scope import Scope
 
 __all__ = ["create_thread", "delete_thread", "get_thread", "list_threads"]
@@ -51,6 +52,20 @@ def _thread(row: Any) -> Thread:
     )
 
 
+# One statement, built once: the setup check and the insert. The same INSERT … SELECT built
+# with Core per call cost 3.2x the CPU (0.38 against 0.12 ms a call: bench/thread_create.py).
+_CREATE = sa.text("""
+    INSERT INTO threads (id, org_id, setup_id, created_by, title, instructions, parent_id,
+                         root_id, depth, metadata)
+    SELECT :id, s.org_id, s.id, :created_by, :title, :instructions, :parent_id, :root_id,
+           :depth, CAST(:metadata AS jsonb)
+      FROM setups s
+     WHERE s.id = :setup_id AND s.org_id = :org_id AND s.archived_at IS NULL
+    RETURNING id, org_id, setup_id, title, instructions, parent_id, root_id, depth, last_seq,
+              metadata, created_by, deleted_at, created_at, voice
+""")
+
+
 async def create_thread(
     db: Database,
     scope: Scope,
@@ -70,43 +85,15 @@ async def create_thread(
     check_text(instructions, ("instructions",), INSTRUCTIONS_CHARS)
     check_json(metadata or {}, THREAD_METADATA, ("metadata",))
     thread_id = uuid.uuid4()
-    source = sa.select(
-        sa.literal(thread_id, sa.Uuid).label("id"),
-        setups.c.org_id,
-        setups.c.id.label("setup_id"),
-        sa.literal(scope.user_id, sa.Uuid).label("created_by"),
-        sa.literal(title).label("title"),
-        sa.literal(instructions).label("instructions"),
-        sa.literal(parent.id if parent else None, sa.Uuid).label("parent_id"),
-        sa.literal(parent.root_id if parent else thread_id, sa.Uuid).label("root_id"),
-        sa.literal(parent.depth + 1 if parent else 0).label("depth"),
-        sa.cast(sa.literal(metadata or {}, sa.JSON), sa.dialects.postgresql.JSONB).label(
-            "metadata"
-        ),
-    ).where(
-        setups.c.id == setup_id, setups.c.org_id == scope.org_id, setups.c.archived_at.is_(None)
-    )
-    stmt = (
-        threads.insert()
-        .from_select(
-            [
-                "id",
-                "org_id",
-                "setup_id",
-                "created_by",
-                "title",
-                "instructions",
-                "parent_id",
-                "root_id",
-                "depth",
-                "metadata",
-            ],
-            source,
-        )
-        .returning(threads)
-    )
-    row = (await within.execute(stmt)).first() if within is not None else first(
-        await db.write(stmt))
+    params = {
+        "id": thread_id, "org_id": scope.org_id, "setup_id": setup_id,
+        "created_by": scope.user_id, "title": title, "instructions": instructions,
+        "parent_id": parent.id if parent else None,
+        "root_id": parent.root_id if parent else thread_id,
+        "depth": parent.depth + 1 if parent else 0, "metadata": jsonenc.dumps(metadata or {}),
+    }
+    row = (await within.execute(_CREATE, params)).first() if within is not None else first(
+        await db.write(_CREATE, params))
     if row is None:
         raise ValidationFailed("setup not found or archived", code="invalid_setup")
     return _thread(row)
