@@ -44,20 +44,33 @@ async def test_a_revoked_key_is_refused_at_once_on_the_revoking_replica(make_ato
         assert await ator.service(Access).authenticate("ator_deadbeef_not-a-key") is None
 
 
-async def test_a_burst_that_misses_the_cache_reads_the_key_once(make_ator) -> None:
+async def test_a_burst_that_misses_the_cache_reads_the_key_once(make_ator, monkeypatch) -> None:
     """A thousand POSTs with one key arrive just after its cached entry went stale: they
-    share one lookup (and one last_used_at write) instead of each reading the database."""
+    share one lookup (and one last_used_at write) instead of each reading the database.
+
+    The statements are counted at the key store, not on the database's global counter: the
+    runtime's own background work (sweeps, schedules) may run a statement in the same window
+    on a loaded machine, which is what stop 40's CI saw (3 against 2)."""
+    calls: list[str] = []
+    for name in ("key_principal", "touch_key"):
+        real = getattr(key_store, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(key_store, name, counted)
     async with make_ator() as ator:
         org = await ator.create_org("burst")
         access = ator.service(Access)
         record, key = await access.issue_key(Scope(org.id), email="c@x.io", role="member",
                                              name="k")
-        before = ator.db.stats.snapshot()[0]
+        calls.clear()
         found = await asyncio.gather(*(access.authenticate(key) for _ in range(50)))
-        statements = ator.db.stats.snapshot()[0] - before
         assert {p.key_id for p in found if p is not None} == {record.id}
         assert None not in found
-        assert statements == 2  # the lookup and the first use's touch, not 50 of each
+        # the lookup and the first use's touch, not 50 of each
+        assert sorted(calls) == ["key_principal", "touch_key"]
 
 
 async def test_a_lookup_that_read_before_a_revocation_is_not_cached_or_joined(
