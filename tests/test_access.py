@@ -48,9 +48,9 @@ async def test_a_burst_that_misses_the_cache_reads_the_key_once(make_ator, monke
     """A thousand POSTs with one key arrive just after its cached entry went stale: they
     share one lookup (and one last_used_at write) instead of each reading the database.
 
-    The statements are counted at the key store, not on the database's global counter: the
-    runtime's own background work (sweeps, schedules) may run a statement in the same window
-    on a loaded machine, which is what stop 40's CI saw (3 against 2)."""
+    The reads are counted at the key store, not on the database's shared statement counter:
+    the runtime's own background work (the lease heartbeat, the reaper) may run a statement
+    in the same window on a loaded machine."""
     calls: list[str] = []
     for name in ("key_principal", "touch_key"):
         real = getattr(key_store, name)
