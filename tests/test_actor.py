@@ -241,22 +241,106 @@ async def test_another_orgs_thread_is_not_found(make_ator) -> None:
             await ator.stop(other, thread.id)
 
 
-async def test_a_one_tool_turn_costs_three_statements_and_three_commits(make_ator) -> None:
+async def test_a_fast_one_tool_turn_costs_two_statements_that_bill_both_calls(
+    make_ator,
+) -> None:
     from ator.providers.scripted import tool_then_answer
+    from ator.store import model_calls as call_store
 
     provider = tool_then_answer("calculator", {"expression": "6*7"}, "42")
     # The reaper and the heartbeat share the statement counter: keep them out of the window.
     async with make_ator(providers={"s": provider}, lease_ttl=60.0) as ator:
         await quiet_reaper(ator)
-        scope, thread = await new_thread(ator, "s")
+        scope, thread = await new_thread(ator, "s", model="claude-haiku-4-5")
         await ator.ask(scope, thread.id, "warm up", timeout=30)  # first-connection queries
         statements, commits = ator.db.stats.snapshot()
         result = await ator.ask(scope, thread.id, "6*7?", timeout=30)
         after = ator.db.stats.snapshot()
         assert result.text == "42"
-        # submit and start in one (insert + context + drain + turn + events); step 1 (reply
-        # + results); step 2 (reply + turn end).
-        assert (after[0] - statements, after[1] - commits) == (3, 3)
+        # submit and start in one (insert + context + drain + turn + events); then the step
+        # (reply + results), held while the instant second call ran, with that call's reply
+        # and the turn's end.
+        assert (after[0] - statements, after[1] - commits) == (2, 2)
+        events = [e for e in await ator.events(scope, thread.id) if e.turn_id == result.turn_id]
+        assert [e.kind for e in events] == [
+            "turn_started", "message", "assistant", "tool_results", "assistant", "turn_ended"]
+        assert [e.seq for e in events] == list(range(events[0].seq, events[0].seq + 6))
+        # Both calls are billed by that one write, in order, and their usage adds up.
+        calls = (await call_store.turn_calls(ator.db, scope, result.turn_id)).calls
+        assert [(c.step, c.stop_reason) for c in calls] == [(1, "tool_use"), (2, "end_turn")]
+        assert calls[0].id < calls[1].id
+        turn = await turn_store.get_turn(ator.db, scope, result.turn_id)
+        assert (turn.steps, turn.input_tokens, turn.output_tokens) == (2, 20, 10)
+        assert turn.cost_usd == sum((c.cost_usd for c in calls), Decimal(0)) > 0
+        assert events[-1].data["cost_usd"] == str(turn.cost_usd)
+
+
+class _GatedSecondCall:
+    """A scripted provider whose second call of a turn waits for `gate` (after `entered`)."""
+
+    name = "gated-second"
+
+    def __init__(self, steps: list[ScriptStep]) -> None:
+        self.inner = ScriptedProvider(steps)
+        self.calls = 0
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.calls += 1
+        if self.calls == 2:
+            self.entered.set()
+            await self.gate.wait()
+        async for event in self.inner.stream(request):
+            yield event
+
+
+def _tool_then_text() -> _GatedSecondCall:
+    return _GatedSecondCall([
+        ScriptStep(tool_calls=[("calculator", {"expression": "6*7"})], usage=Usage(1_000, 100)),
+        ScriptStep(text="42", usage=Usage(2_000, 200)),
+    ])
+
+
+async def test_a_slow_model_call_has_the_step_before_it_persisted_while_it_runs(
+    make_ator,
+) -> None:
+    provider = _tool_then_text()
+    async with make_ator(providers={"g": provider}) as ator:
+        scope, thread = await new_thread(ator, "g", config={"caps": {"persist_calls_after": 0.01}})
+        await ator.submit(scope, thread.id, "go")
+        await asyncio.wait_for(provider.entered.wait(), 10)
+        # The second call is still waiting: the step before it is durable (and announced).
+        results = await wait_for_event(ator, scope, thread.id, lambda e: e.kind == "tool_results")
+        assert results.data["results"][0]["content"] == "42"
+        turn = (await ator.turns(scope, thread.id))[0]
+        assert (turn.status, turn.steps, turn.input_tokens) == ("running", 1, 1_000)
+        provider.gate.set()
+        end = await wait_for_event(ator, scope, thread.id, ended, after_seq=results.seq)
+        assert end.data["stop_reason"] == "end_turn"
+        turn = (await ator.turns(scope, thread.id))[0]
+        assert (turn.steps, turn.input_tokens, turn.output_tokens) == (2, 3_000, 300)
+
+
+async def test_a_stop_during_the_next_call_writes_the_held_step_with_the_end(make_ator) -> None:
+    provider = _tool_then_text()
+    async with make_ator(providers={"g": provider}) as ator:
+        scope, thread = await new_thread(ator, "g", model="claude-haiku-4-5",
+                                         config={"caps": {"persist_calls_after": 60}})
+        await ator.submit(scope, thread.id, "go")
+        await asyncio.wait_for(provider.entered.wait(), 10)
+        # Held while the next call runs: nothing of the step is written yet.
+        assert [e.kind for e in await ator.events(scope, thread.id)] == [
+            "turn_started", "message"]
+        await ator.stop(scope, thread.id)
+        end = await wait_for_event(ator, scope, thread.id, ended)
+        assert end.data["stop_reason"] == "cancelled:user"
+        kinds = [e.kind for e in await ator.events(scope, thread.id)]
+        assert kinds == ["turn_started", "message", "assistant", "tool_results", "turn_ended"]
+        # The first call is billed by the end's write; the second never reported anything.
+        turn = (await ator.turns(scope, thread.id))[0]
+        assert (turn.steps, turn.input_tokens, turn.output_tokens) == (1, 1_000, 100)
+        assert turn.cost_usd == Decimal("0.0015")  # $1/MTok in, $5/MTok out
 
 
 def _blocking_tool(started: asyncio.Event, release: asyncio.Event) -> Tool:

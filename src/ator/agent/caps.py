@@ -41,7 +41,8 @@ class Caps:
     tool_description_chars: int = 4_000
     max_output_tokens: int = 4_096  # per model call
     provider_retries: int = 3  # transient errors: 429, 5xx, overloaded, network
-    # Tools still running after this many seconds: persist the model's reply before they end.
+    # Tools, or the next model call, still running after this many seconds: persist what
+    # is held (the model's reply; the step before the call) while they run.
     persist_calls_after: float = 0.05
 
     @classmethod

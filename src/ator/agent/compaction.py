@@ -221,7 +221,7 @@ class CompactionHook(LoopHook):
         self._ratio = 1.0  # provider-reported tokens per estimated token
 
     def reads_spend(self, turn: TurnContext) -> bool:
-        return False  # sizes only; a compaction settles the turn's writes itself (_compact)
+        return False  # sizes only; a compaction flushes the turn's writes itself (_compact)
 
     async def before_call(
         self, turn: TurnContext, state: TurnState, request: ModelRequest
@@ -268,7 +268,7 @@ class CompactionHook(LoopHook):
     ) -> ModelRequest:
         # The cut names history by seq, and the summary is a model call of its own: the
         # turn's last step is durable (and its reply stamped with its seq) first.
-        await self.sink.settle()
+        await self.sink.flush()
         messages = state.messages
         fixed = size - sum(message_bytes(m) for m in request.messages)
         summary_tokens = max(256, min(turn.caps.max_output_tokens, 2048,

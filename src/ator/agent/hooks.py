@@ -86,9 +86,9 @@ class LoopHook:
     def reads_spend(self, turn: TurnContext) -> bool:
         """Whether this call's `before_call` reads what the turn's own writes change (its
         spend, steps or tokens in the store: a budget, a cap). The loop then makes the turn's
-        last step durable before the hooks run, not only before the call (a tool step is
-        written while the next request is prepared). By default a hook that overrides
-        `before_call` does; one that reads nothing of the kind says so."""
+        last step durable before the hooks run (a tool step is otherwise held while the next
+        call runs, and written with its reply when that is fast). By default a hook that
+        overrides `before_call` does; one that reads nothing of the kind says so."""
         return type(self).before_call is not LoopHook.before_call
 
     async def before_call(

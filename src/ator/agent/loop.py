@@ -2,7 +2,10 @@
 agent.*, providers, tools, cost, errors).
 
 The loop owns no storage. It reports each completed piece to a `StepSink` (the engine, which
-persists it before anything else happens) and returns a typed `Outcome`. Per model call:
+persists it) and returns a typed `Outcome`. A step's reply and tool results may be held by the
+sink while what follows runs (its tools, the next model call): the loop flushes them once
+that runs past `persist_calls_after`, so a turn of fast parts is few writes and a slow part
+never waits on one. Per model call:
 
 - before it: the step's tools are asked of the turn's toolsets, the system prompt is built
   from the turn's layers and the tools actually mounted, and every hook's `before_call` may
@@ -98,22 +101,19 @@ class Outcome:
 
 
 class StepSink(Protocol):
-    """Where the loop reports progress. Each method returns only once the data is durable,
-    except `on_tool_results`: the loop settles it before its next model call is sent (and
-    before hooks that read the turn's spend run)."""
+    """Where the loop reports progress. A reply that asks for tools and a step's tool
+    results may be held (written with the sink's next write); every other method returns
+    once what it was given, and everything held before it, is durable. The loop calls
+    `flush` once what it waits on is slow (the tools, the next model call) and before hooks
+    that read the turn's spend run."""
 
     async def on_reply(self, step: int, reply: ModelReply, final: str | None) -> None:
         """A model call completed. `final` is the turn's stop reason when this reply ends it
-        (then it is durable on return); otherwise the sink may hold it until `flush` or the
-        tool results."""
+        (then it is durable on return); otherwise the sink may hold it."""
         ...
 
     async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None:
-        """May return while the write commits: durable once `settle` returns."""
-        ...
-
-    async def settle(self) -> None:
-        """Return once everything reported is durable (raises what a write failed with)."""
+        """The step's tool results; the sink may hold them."""
         ...
 
     async def on_held(self, step: int, results: list[ToolOutcome],
@@ -136,8 +136,7 @@ class StepSink(Protocol):
         ...
 
     async def flush(self) -> None:
-        """Make everything reported so far durable now (a sink may batch a reply with the
-        tool results that follow it)."""
+        """Make everything reported so far durable now (raises what the write failed with)."""
         ...
 
     def on_delta(self, event: StreamEvent) -> None:
@@ -182,7 +181,7 @@ async def run_loop(
         injected = []
         await fence()  # before the reservation, compaction and the call itself
         if any(hook.reads_spend(turn) for hook in hooks):
-            await sink.settle()  # they read what the last step's write changes
+            await sink.flush()  # they read what the last step's write changes
         try:
             for hook in hooks:
                 request = await hook.before_call(turn, state, request)
@@ -198,9 +197,7 @@ async def run_loop(
                     "gen_ai.request.model": turn.model, "ator.step": state.steps + 1,
                     "gen_ai.request.max_tokens": caps.max_output_tokens},
                     kind="client") as span:
-                await sink.settle()  # nothing is sent ahead of what is durable
-                reply = await call_model(provider, request, turn, prices, sink.on_delta,
-                                         state.partial)
+                reply = await _call(provider, request, turn, prices, sink, state.partial)
                 span.set_attributes({
                     "gen_ai.usage.input_tokens": reply.usage.input_tokens,
                     "gen_ai.usage.output_tokens": reply.usage.output_tokens,
@@ -276,6 +273,32 @@ async def _holds(
         taken = {h.call.id for h in found}
         offered = [c for c in offered if c.id not in taken]
     return holds
+
+
+async def _call(
+    provider: Provider,
+    request: ModelRequest,
+    turn: TurnContext,
+    prices: PriceTable,
+    sink: StepSink,
+    partial: PartialCall,
+) -> ModelReply:
+    """The model call. A fast one is written with the step before it (what the sink holds:
+    the last step's reply and tool results) in one write; a slow one has that step persisted
+    while it runs."""
+    calling = asyncio.ensure_future(
+        call_model(provider, request, turn, prices, sink.on_delta, partial))
+    try:
+        done, _ = await asyncio.wait({calling}, timeout=turn.caps.persist_calls_after)
+        if not done:
+            await sink.flush()
+        return await calling
+    finally:
+        if not calling.done():
+            # A cut of the turn: the call records what it streamed before the turn's end
+            # reads it (state.partial).
+            calling.cancel()
+            await asyncio.wait({calling})
 
 
 async def _run_tools(

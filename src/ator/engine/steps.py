@@ -12,17 +12,15 @@ A feature that must act when a turn ends (a subagent pushing its result to its p
 is a `TurnEnd`: its `parts` join the final write's statement (same transaction as the
 turn's end), and `committed` runs after that write committed (to wake someone).
 
-A model reply that asked for tools is held until its tool results arrive, so a step with
-fast tools is one write (assistant message, model call and results together). The loop calls
-`flush()` when tools are slow, so the call and its cost are durable while they run. Whatever
-is held is written with the turn's end if the turn stops first.
-
-That tool step is written behind: its statement is sent before `on_tool_results` returns,
-and the loop prepares the next request (hooks, the inspector's record) while it commits.
-`settle()` waits for it; the loop settles before the next model call is sent (and before
-hooks that read the turn's spend), and every other write settles first, so what the turn
-does next is never ahead of what is durable, and events keep their order. The write is its
-own task: a cut of the turn meanwhile leaves it to finish, and the turn's end settles it.
+What the loop reports is held for the next write when nothing needs it durable yet: a model
+reply that asked for tools is held while they run, and the step (the reply, its call and the
+tool results) is held while the next model call runs. Every write carries what is held
+first, in order, with the calls it bills, so a turn whose tools and model are fast is one
+write at its end. The loop calls `flush()` once what it waits on is slow (tools, or the next
+call, past `persist_calls_after`) and before anything reads what the writes change (a hook
+reading the turn's spend, a compaction naming history by seq): a call and its cost, and a
+tool's result, are durable while the slow part runs. Whatever is held is written with the
+turn's end if the turn stops first.
 
 The writer holds no reference to what created it: it is given the database, a publisher,
 metrics and the turn's ids and state.
@@ -30,9 +28,8 @@ metrics and the turn's ids and state.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -68,19 +65,25 @@ class TurnLost(AtorError):
 
 @dataclass
 class _Held:
-    event: Item
-    call: turn_store.ModelCallRow
-    message: dict[str, Any]  # the reply as the loop holds it, stamped with its seq once written
-    parts: tuple[turn_store.StepPart, ...] = ()  # written with the reply (its provider state)
+    """What the next write carries first, in the order it was reported."""
+
+    items: list[Item] = field(default_factory=list)
+    calls: list[turn_store.ModelCallRow] = field(default_factory=list)  # billed, in order
+    # The loop's copies of the held replies, stamped with their events' seqs once written.
+    replies: list[dict[str, Any]] = field(default_factory=list)
+    parts: list[turn_store.StepPart] = field(default_factory=list)  # a reply's provider state
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
 
 
-def _stamp(held: _Held, written: list[Any]) -> None:
-    """Mark the loop's copy of a persisted reply with its event's seq: compaction names the
-    history it replaces by seq, and cuts only before an assistant message."""
-    for event in written:
-        if event.kind == "assistant":
-            held.message["seq"] = event.seq
-            return
+def _stamp(replies: list[dict[str, Any]], written: list[Any]) -> None:
+    """Mark the loop's copies of persisted replies with their events' seqs: compaction names
+    the history it replaces by seq, and cuts only before an assistant message. The held
+    replies are the write's first assistant events, in order."""
+    for reply, event in zip(replies, (e for e in written if e.kind == "assistant"),
+                            strict=False):
+        reply["seq"] = event.seq
 
 
 class StepWriter:
@@ -102,10 +105,9 @@ class StepWriter:
         self._state = state
         self._scope = Scope(turn.org_id)
         self._snapshot = snapshot  # written with the first write
-        self._held: _Held | None = None
+        self._held = _Held()
         self._ends = tuple(ends)
         self._sources: set[str] = set()  # where the turn's billed costs came from
-        self._behind: asyncio.Future[Any] | None = None  # the tool step being committed
         self.finished = False
 
     # The loop's StepSink ---------------------------------------------------------------
@@ -119,69 +121,52 @@ class StepWriter:
         parts = () if reply.session is None else (
             SessionSaved(self._turn.provider, dict(reply.session)),)
         if final is None:
-            self._held = _Held(event, call, reply.message, parts)
+            held = self._held
+            held.items.append(event)
+            held.calls.append(call)
+            held.replies.append(reply.message)
+            held.parts.extend(parts)
             return
-        await self._write([event, self._ended(final, None)], billed=call,
+        await self._write([event, self._ended(final, None)], billed=[call],
                           finish=turn_store.Finished(status_of(final), final, None),
                           extra=parts)
 
     async def flush(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            _stamp(held, await self._write([held.event], billed=held.call, extra=held.parts))
+        if self._held:
+            await self._write([])
 
     async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None:
-        """Sends the step's write and returns while it commits (`settle` waits for it)."""
-        item: Item = ("tool_results", {"step": step, "results": [r.record() for r in results]})
-        held, self._held = self._held, None
-        await self.settle()
-        if held is None:
-            await self._write_behind(self._commit(*self._parts([item])))
-        else:
-            await self._write_behind(self._stamped(held, self._commit(*self._parts(
-                [held.event, item], billed=held.call, extra=held.parts))))
-
-    async def settle(self) -> None:
-        """Return once the write sent behind (if any) is durable; raises what it failed with
-        (once). A cut of the caller leaves the write running, for the turn's end to settle."""
-        behind = self._behind
-        if behind is None:
-            return
-        try:
-            await asyncio.shield(behind)
-        finally:
-            if behind.done():
-                self._behind = None
+        """Held: written with the next write, or by `flush` once the next call is slow."""
+        self._held.items.append(
+            ("tool_results", {"step": step, "results": [r.record() for r in results]}))
 
     async def on_held(self, step: int, results: list[ToolOutcome],
                       holds: Sequence[Hold]) -> None:
         """The reply, the results of the calls that ran, every hold's parts and the turn's
         end (`held`, status `waiting`): one statement, so a pending action exists exactly
         when the turn says it waits for it."""
-        held, self._held = self._held, None
-        items: list[Item] = [held.event] if held else []
+        items: list[Item] = []
         if results:
             items.append(("tool_results", {"step": step,
                                            "results": [r.record() for r in results]}))
         notes = [{"tool_use_id": h.call.id, "name": h.call.name, **h.note} for h in holds]
         items.append(self._ended(HELD, None, held=notes))
-        extra = [*(held.parts if held else ()), *(p for h in holds for p in h.parts)]
-        await self._write(items, billed=held.call if held else None,
-                          finish=turn_store.Finished(status_of(HELD), HELD, None), extra=extra)
+        await self._write(items, finish=turn_store.Finished(status_of(HELD), HELD, None),
+                          extra=[p for h in holds for p in h.parts])
 
     async def on_compaction(self, step: int, reply: ModelReply, record: dict[str, Any],
                             meta: dict[str, Any]) -> None:
-        await self.flush()  # a held reply bills its own call first (one call per write)
         call = self._call_row(step, reply.stop_reason, reply.usage, reply.priced,
                               reply.duration_ms, "compaction",
                               model=str(record.get("model") or self._turn.model), meta=meta)
-        await self._write([("compaction", {**record, "step": step})], billed=call)
+        await self._write([("compaction", {**record, "step": step})], billed=[call])
 
     async def on_injected(self, step: int, items: Sequence[Injection]) -> list[dict[str, Any]]:
         drained = tuple(m for i in items for m in i.mailbox_ids)
         events = await self._write([(i.kind, {**i.data, "step": step}) for i in items],
                                    extra=[turn_store.Drained(drained)] if drained else [])
-        return [{"kind": e.kind, "data": e.data} for e in events]
+        # The write's last events are these (what was held comes first).
+        return [{"kind": e.kind, "data": e.data} for e in events[len(events) - len(items):]]
 
     def on_delta(self, event: StreamEvent) -> None:
         self._publisher.delta(self._turn.thread_id, self._turn.turn_id, event)
@@ -192,24 +177,19 @@ class StepWriter:
         self, stop_reason: str, error: str | None,
         interrupted: tuple[Item | None, turn_store.ModelCallRow] | None = None,
     ) -> None:
-        """Close the turn when the loop did not (caps before a call, errors, stops): the held
-        reply and a cut-short call's partial reply (billed) are written with the end."""
-        held, self._held = self._held, None
-        items: list[Item] = [held.event] if held else []
-        billed = held.call if held else None
-        extra: tuple[turn_store.StepPart, ...] = held.parts if held else ()
+        """Close the turn when the loop did not (caps before a call, errors, stops): what is
+        held and a cut-short call's partial reply (billed) are written with the end."""
+        items: list[Item] = []
+        billed: list[turn_store.ModelCallRow] = []
         if interrupted is not None:
-            if billed is not None:  # two calls to bill: the held one goes first, on its own
-                await self._write(items, billed=billed, extra=extra)
-                items, extra = [], ()
             if interrupted[0] is not None:
                 items.append(interrupted[0])
-            billed = interrupted[1]
+            billed.append(interrupted[1])
         items.append(self._ended(stop_reason, error))
         try:
             await self._write(items, billed=billed,
                               finish=turn_store.Finished(status_of(stop_reason), stop_reason,
-                                                         error), extra=extra)
+                                                         error))
         except TurnLost:
             self.finished = True  # closed elsewhere already: nothing more to say
 
@@ -270,44 +250,32 @@ class StepWriter:
         self,
         items: list[Item],
         *,
-        billed: turn_store.ModelCallRow | None = None,
+        billed: Sequence[turn_store.ModelCallRow] = (),
         finish: turn_store.Finished | None = None,
         extra: Sequence[turn_store.StepPart] = (),
     ) -> list[Any]:
-        await self.settle()  # in order: after the write sent behind
-        # A cut (the turn's timeout, a stop) waits for the write and what follows it: the
-        # caller's state then matches what committed, and what committed is announced.
-        return await whole(self._commit(*self._parts(items, billed=billed, finish=finish,
-                                                     extra=extra)))
-
-    async def _write_behind(self, work: Coroutine[Any, Any, Any]) -> None:
-        self._behind = asyncio.ensure_future(work)
-        # Its failure is raised by `settle`; a turn that never settles it again (closed
-        # elsewhere meanwhile) leaves nothing unretrieved.
-        self._behind.add_done_callback(_retrieve)
-        # One turn of the loop: the write sends its statement before the caller goes on.
-        await asyncio.sleep(0)
-
-    @staticmethod
-    async def _stamped(held: _Held, work: Coroutine[Any, Any, list[Any]]) -> None:
-        _stamp(held, await work)
+        """One statement: what is held, then `items`, billing the held calls and `billed`.
+        A cut (the turn's timeout, a stop) waits for the write and what follows it: the
+        caller's state then matches what committed, and what committed is announced."""
+        held, self._held = self._held, _Held()
+        written = await whole(self._commit(
+            [*held.items, *items], [*held.parts, *extra], [*held.calls, *billed], finish))
+        _stamp(held.replies, written)
+        return written
 
     def _parts(
         self,
-        items: list[Item],
-        *,
-        billed: turn_store.ModelCallRow | None = None,
-        finish: turn_store.Finished | None = None,
-        extra: Sequence[turn_store.StepPart] = (),
-    ) -> tuple[list[Item], list[turn_store.StepPart], turn_store.ModelCallRow | None,
-               turn_store.Finished | None]:
-        """A write's parts; settles the call's reservation in the turn's state."""
-        parts: list[turn_store.StepPart] = list(extra)
+        extra: list[turn_store.StepPart],
+        billed: list[turn_store.ModelCallRow],
+        finish: turn_store.Finished | None,
+    ) -> list[turn_store.StepPart]:
+        """A write's parts; settles the calls' reservation in the turn's state."""
+        parts = extra
         # The reservation held for the call in flight is settled by the write that bills
         # it, or given back with the turn's end when the call never billed.
         released = self._state.reserved_usd
-        if billed is not None:
-            parts.append(turn_store.Billed(billed, released))
+        if billed:
+            parts.append(turn_store.Billed(tuple(billed), released))
             self._state.reserved_usd = Decimal(0)
         elif finish is not None and released:
             parts.append(turn_store.Released(released))
@@ -318,24 +286,25 @@ class StepWriter:
                 parts.extend(end.parts(self._turn, self._state, finish))
         if self._snapshot is not None:
             parts.append(self._snapshot)
-        return items, parts, billed, finish
+        return parts
 
     async def _commit(
         self,
         items: list[Item],
-        parts: list[turn_store.StepPart],
-        billed: turn_store.ModelCallRow | None,
+        extra: list[turn_store.StepPart],
+        billed: list[turn_store.ModelCallRow],
         finish: turn_store.Finished | None,
     ) -> list[Any]:
         t = self._turn
+        parts = self._parts(extra, billed, finish)
         result = await turn_store.write_step(self._db, self._scope, t.thread_id, t.turn_id,
                                              items, steps=self._state.steps, parts=parts)
         self._snapshot = None
-        if billed is not None:
+        for call in billed:
             self._metrics.model_call(
-                input=billed.input_tokens, output=billed.output_tokens,
-                cache_read=billed.cache_read_tokens, cache_write=billed.cache_write_tokens,
-                usd=billed.cost_usd,
+                input=call.input_tokens, output=call.output_tokens,
+                cache_read=call.cache_read_tokens, cache_write=call.cache_write_tokens,
+                usd=call.cost_usd,
             )
         if not result.live:
             self.finished = True
@@ -352,11 +321,6 @@ class StepWriter:
             for end in self._ends:
                 await end.committed(self._turn, result)
         return result.events
-
-
-def _retrieve(done: asyncio.Future[Any]) -> None:
-    if not done.cancelled():
-        done.exception()
 
 
 def _cost_source(sources: set[str]) -> str | None:

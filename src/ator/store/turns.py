@@ -337,22 +337,28 @@ def _usage_cte(shard: str, settle: str) -> str:
 )"""
 
 
+# The calls come as one JSON array, in the order they were made: `WITH ORDINALITY` keeps
+# that order in their ids (how a turn's calls are read back).
 _MODEL_CALL = """_mc AS (
   INSERT INTO model_calls (org_id, thread_id, turn_id, setup_id, step, purpose, provider, model,
     stop_reason, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
     usage_reported, usage_estimated, cost_usd, priced, duration_ms, request_meta, cost_source)
-  VALUES (:org_id, :thread_id, :turn_id, :mc_setup_id, :mc_step, :mc_purpose, :mc_provider,
-    :mc_model, :mc_stop_reason, :d_in, :d_out, :d_cr, :d_cw, :mc_reported, :mc_estimated,
-    :d_cost, :mc_priced,
-    :mc_duration_ms, CAST(:mc_meta AS jsonb), :mc_cost_source)
+  SELECT :org_id, :thread_id, :turn_id, c.setup_id, c.step, c.purpose, c.provider, c.model,
+    c.stop_reason, c.input_tokens, c.output_tokens, c.cache_read_tokens, c.cache_write_tokens,
+    c.usage_reported, c.usage_estimated, c.cost_usd, c.priced, c.duration_ms, c.request_meta,
+    c.cost_source
+    FROM ROWS FROM (jsonb_to_recordset(CAST(:mc_rows AS jsonb)) AS (
+      setup_id uuid, step integer, purpose text, provider text, model text, stop_reason text,
+      input_tokens bigint, output_tokens bigint, cache_read_tokens bigint,
+      cache_write_tokens bigint, usage_reported boolean, usage_estimated boolean,
+      cost_usd numeric, priced boolean, duration_ms integer, request_meta jsonb,
+      cost_source text)) WITH ORDINALITY AS c
+   ORDER BY c.ordinality
 )"""
 _BILLED_SET = (", input_tokens = input_tokens + :d_in, output_tokens = output_tokens + :d_out,"
                " cache_read_tokens = cache_read_tokens + :d_cr,"
                " cache_write_tokens = cache_write_tokens + :d_cw, cost_usd = cost_usd + :d_cost")
-_BILLED_PARAMS = frozenset({
-    "d_in", "d_out", "d_cr", "d_cw", "d_cost", "mc_setup_id", "mc_step", "mc_purpose",
-    "mc_provider", "mc_model", "mc_stop_reason", "mc_reported", "mc_estimated", "mc_priced",
-    "mc_duration_ms", "mc_meta", "mc_cost_source"})
+_BILLED_PARAMS = frozenset({"d_in", "d_out", "d_cr", "d_cw", "d_cost", "mc_rows"})
 # A call that settles a reservation bills the budget row (shard 0), where the next
 # reservation reads it under the row's lock; any other call bills its turn's shard.
 _BILLED = PartSql("billed", turn_set=_BILLED_SET,
@@ -365,10 +371,12 @@ _BILLED_SETTLING = PartSql("billed+released", turn_set=_BILLED_SET + SETTLE_TURN
 
 @dataclass(frozen=True, slots=True)
 class Billed:
-    """A model call: its row, its usage added to the turn and to the org's month, and the
-    budget reservation it settles (`released`, store/ledger.py; 0 without a budget)."""
+    """Model calls, in the order they were made: their rows, their usage added to the turn
+    and to the org's month, and the budget reservation they settle (`released`,
+    store/ledger.py; 0 without a budget). A write usually bills one call; it bills more
+    when the writer held a step through the next call (engine/steps.py)."""
 
-    call: ModelCallRow
+    calls: tuple[ModelCallRow, ...]
     released: Decimal = Decimal(0)
 
     @property
@@ -376,16 +384,24 @@ class Billed:
         return _BILLED_SETTLING if self.released else _BILLED
 
     def values(self) -> dict[str, Any]:
-        mc = self.call
-        out = {
-            "d_in": mc.input_tokens, "d_out": mc.output_tokens, "d_cr": mc.cache_read_tokens,
-            "d_cw": mc.cache_write_tokens, "d_cost": mc.cost_usd, "mc_setup_id": mc.setup_id,
-            "mc_step": mc.step, "mc_purpose": mc.purpose, "mc_provider": mc.provider,
-            "mc_model": mc.model, "mc_stop_reason": mc.stop_reason,
-            "mc_reported": mc.usage_reported, "mc_estimated": mc.usage_estimated,
-            "mc_priced": mc.priced, "mc_cost_source": mc.cost_source,
-            "mc_duration_ms": mc.duration_ms,
-            "mc_meta": jsonenc.dumps(mc.request_meta),
+        calls = self.calls
+        out: dict[str, Any] = {
+            "d_in": sum(c.input_tokens for c in calls),
+            "d_out": sum(c.output_tokens for c in calls),
+            "d_cr": sum(c.cache_read_tokens for c in calls),
+            "d_cw": sum(c.cache_write_tokens for c in calls),
+            "d_cost": sum((c.cost_usd for c in calls), Decimal(0)),
+            "mc_rows": jsonenc.dumps([{
+                "setup_id": c.setup_id, "step": c.step, "purpose": c.purpose,
+                "provider": c.provider, "model": c.model, "stop_reason": c.stop_reason,
+                "input_tokens": c.input_tokens, "output_tokens": c.output_tokens,
+                "cache_read_tokens": c.cache_read_tokens,
+                "cache_write_tokens": c.cache_write_tokens,
+                "usage_reported": c.usage_reported, "usage_estimated": c.usage_estimated,
+                "cost_usd": str(c.cost_usd), "priced": c.priced,
+                "duration_ms": c.duration_ms, "request_meta": c.request_meta,
+                "cost_source": c.cost_source,
+            } for c in calls]),
         }
         if self.released:
             out["released"] = self.released

@@ -1,7 +1,8 @@
-"""A tool step is written behind (engine/steps.py): its statement is sent, the next request is
-prepared while it commits, and nothing goes out ahead of what is durable. The write is held
-back here by a row lock on the thread (its seq counter), from another connection, so the
-order is forced rather than raced."""
+"""A tool step is held while the next model call runs (engine/steps.py): the call does not
+wait for the step's write, a fast call's reply is written with the step in one statement, a
+stop while that step is being written keeps it once, and a hook that reads the turn's spend
+runs only once the step is durable. The writes are held back here by a row lock on the
+thread (its seq counter), from another connection, so the order is forced rather than raced."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import asyncpg
 
 from ator.agent.hooks import LoopHook
+from ator.providers.base import Usage
 from ator.providers.scripted import ScriptedProvider, ScriptStep
 from ator.tools.base import Tool, ToolContext
 from tests.conftest import ended, new_thread, wait_for_event
@@ -53,7 +55,7 @@ def _plain(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://")
 
 
-async def test_the_next_call_goes_out_only_once_the_tool_step_is_durable(
+async def test_the_next_call_does_not_wait_for_the_tool_steps_write(
     make_ator: Any, database_url: str,
 ) -> None:
     called: list[float] = []
@@ -73,32 +75,43 @@ async def test_the_next_call_goes_out_only_once_the_tool_step_is_durable(
         result = await ator.ask(scope, thread.id, "go", timeout=30)
         assert result.stop_reason == "end_turn" and result.text == "done"
         assert lock.released is not None and called
-        assert called[0] >= lock.released  # not sent while the step was still committing
+        assert called[0] < lock.released  # sent while the step was still to be written
+        # The step and the reply that followed it, in order, once each.
         kinds = [e.kind for e in await ator.events(scope, thread.id)]
-        assert kinds[-4:] == ["assistant", "tool_results", "assistant", "turn_ended"]
+        assert kinds == ["turn_started", "message", "assistant", "tool_results", "assistant",
+                         "turn_ended"]
+        (turn,) = await ator.turns(scope, thread.id)
+        assert (turn.steps, turn.input_tokens) == (2, 20)
 
 
-async def test_a_stop_while_the_step_commits_keeps_the_step_and_ends_the_turn(
+async def test_a_stop_while_the_held_step_is_written_keeps_it_once(
     make_ator: Any, database_url: str,
 ) -> None:
-    provider = ScriptedProvider([ScriptStep(tool_calls=[("lock", {})]),
-                                 ScriptStep(text="never")])
+    """The next call is slow (it streams, then hangs), so the held step is flushed while it
+    runs; the flush waits for the lock, and the stop lands meanwhile: the flush completes,
+    then the turn ends with the call cut short, billed."""
+    provider = ScriptedProvider([
+        ScriptStep(tool_calls=[("lock", {})]),
+        ScriptStep(text="never", hang_after_text=True, usage=Usage(7, 3))])
     provider.record_requests = True
     lock = _Lock(_plain(database_url), hold=1.0)
     async with make_ator(providers={"s": provider}, tools=[lock.tool()]) as ator:
-        scope, thread = await new_thread(ator, "s")
+        scope, thread = await new_thread(ator, "s", config={"caps": {"persist_calls_after": 0.01}})
         await ator.submit(scope, thread.id, "go")
         while lock.holding is None:  # noqa: ASYNC110 (the tool announces nothing)
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)  # the step's write is sent and waits for the lock
+        await asyncio.sleep(0.3)  # the second call streams; the flush waits for the lock
+        assert len(provider.requests) == 2
         await ator.stop(scope, thread.id)
         end = await wait_for_event(ator, scope, thread.id, ended)
         assert end.data["stop_reason"] == "cancelled:user"
-        kinds = [e.kind for e in await ator.events(scope, thread.id)]
-        assert kinds[-3:] == ["assistant", "tool_results", "turn_ended"]  # step kept, once
-        assert len(provider.requests) == 1  # the second call was never sent
+        events = await ator.events(scope, thread.id)
+        assert [e.kind for e in events][-4:] == [
+            "assistant", "tool_results", "assistant", "turn_ended"]  # the step kept, once
+        assert events[-2].data.get("interrupted") is True
         (turn,) = await ator.turns(scope, thread.id)
-        assert turn.steps == 1 and turn.status != "running"
+        assert turn.status != "running" and turn.steps == 1
+        assert turn.input_tokens == 10 + 7  # both calls billed: the step's, the cut one
 
 
 class _Reader(LoopHook):
@@ -112,12 +125,12 @@ class _Reader(LoopHook):
         return request
 
 
-async def test_hooks_that_read_the_spend_run_after_the_step_settled(
+async def test_hooks_that_read_the_spend_run_once_the_step_is_durable(
     make_ator: Any, database_url: str,
 ) -> None:
     """A budget, a cap (the org's, a subagent's, a workflow run's, the daily one) reads the
-    ledger in its `before_call`: it runs after the step's write settled its call, never on
-    a ledger one call behind."""
+    ledger in its `before_call`: it runs after the held step's write billed its call, never
+    on a ledger one call behind."""
     reader = _Reader()
     provider = ScriptedProvider([ScriptStep(tool_calls=[("lock", {})]),
                                  ScriptStep(text="ok")])
