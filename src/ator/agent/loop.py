@@ -139,6 +139,11 @@ class StepSink(Protocol):
         """Make everything reported so far durable now (raises what the write failed with)."""
         ...
 
+    @property
+    def holding(self) -> bool:
+        """Whether something reported is not durable yet (`flush` would write)."""
+        ...
+
     def on_delta(self, event: StreamEvent) -> None:
         """Ephemeral: streamed text and tool-call progress, before it is persisted."""
         ...
@@ -286,6 +291,8 @@ async def _call(
     """The model call. A fast one is written with the step before it (what the sink holds:
     the last step's reply and tool results) in one write; a slow one has that step persisted
     while it runs."""
+    if not sink.holding:
+        return await call_model(provider, request, turn, prices, sink.on_delta, partial)
     calling = asyncio.ensure_future(
         call_model(provider, request, turn, prices, sink.on_delta, partial))
     try:

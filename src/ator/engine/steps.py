@@ -135,6 +135,10 @@ class StepWriter:
         if self._held:
             await self._write([])
 
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
     async def on_tool_results(self, step: int, results: list[ToolOutcome]) -> None:
         """Held: written with the next write, or by `flush` once the next call is slow."""
         self._held.items.append(
