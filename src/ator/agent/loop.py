@@ -43,7 +43,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ator.agent.fence import Fence, unfenced
 from ator.agent.history import injected_blocks
@@ -76,6 +76,8 @@ from ator.tools.base import ToolCall, ToolContext, ToolOutcome
 from ator.tools.toolset import TurnTools
 
 __all__ = ["ModelReply", "Outcome", "StepSink", "call_model", "run_loop"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,10 +298,7 @@ async def _call(
     calling = asyncio.ensure_future(
         call_model(provider, request, turn, prices, sink.on_delta, partial))
     try:
-        done, _ = await asyncio.wait({calling}, timeout=turn.caps.persist_calls_after)
-        if not done:
-            await sink.flush()
-        return await calling
+        return await _flushed_once_slow(calling, sink, turn.caps.persist_calls_after)
     finally:
         if not calling.done():
             # A cut of the turn: the call records what it streamed before the turn's end
@@ -327,12 +326,18 @@ async def _run_tools(
     try:
         # Fast tools: the reply and its results become one write. Slow tools: the reply
         # (and its cost) is persisted while they run.
-        done, _ = await asyncio.wait({running}, timeout=turn.caps.persist_calls_after)
-        if not done:
-            await sink.flush()
-        return await running
+        return await _flushed_once_slow(running, sink, turn.caps.persist_calls_after)
     finally:
         running.cancel()
+
+
+async def _flushed_once_slow(work: asyncio.Future[T], sink: StepSink, after: float) -> T:
+    """`work`'s result; what the sink holds is written while `work` runs once it has taken
+    longer than `after` seconds. The caller cancels `work` if this is cut."""
+    done, _ = await asyncio.wait({work}, timeout=after)
+    if not done:
+        await sink.flush()
+    return await work
 
 
 async def _inject(
