@@ -7,6 +7,8 @@ thread (its seq counter), from another connection, so the order is forced rather
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -22,11 +24,13 @@ NO_ARGS: dict[str, Any] = {"type": "object", "properties": {}}
 
 class _Lock:
     """A tool that, when called, locks its thread's row from another connection for
-    `hold` seconds: the step write that follows it waits for the lock."""
+    `hold` seconds, or until `release` is set: the step write that follows it waits for the
+    lock."""
 
     def __init__(self, url: str, hold: float) -> None:
         self.url = url
         self.hold = hold
+        self.release = asyncio.Event()
         self.released: float | None = None
         self.holding: asyncio.Task[None] | None = None
 
@@ -42,7 +46,8 @@ class _Lock:
             async with conn.transaction():
                 await conn.execute("SELECT 1 FROM threads WHERE id = $1 FOR UPDATE", thread_id)
                 locked.set()
-                await asyncio.sleep(self.hold)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.release.wait(), self.hold)
                 self.released = asyncio.get_running_loop().time()
         finally:
             await conn.close()
@@ -88,21 +93,23 @@ async def test_a_stop_while_the_held_step_is_written_keeps_it_once(
     make_ator: Any, database_url: str,
 ) -> None:
     """The next call is slow (it streams, then hangs), so the held step is flushed while it
-    runs; the flush waits for the lock, and the stop lands meanwhile: the flush completes,
-    then the turn ends with the call cut short, billed."""
+    runs; the flush waits for the lock, and the stop lands meanwhile (the lock is released
+    only once the turn has it): the flush completes, then the turn ends with the call cut
+    short, billed. Each wait is on a condition, not on the clock."""
     provider = ScriptedProvider([
         ScriptStep(tool_calls=[("lock", {})]),
         ScriptStep(text="never", hang_after_text=True, usage=Usage(7, 3))])
     provider.record_requests = True
-    lock = _Lock(_plain(database_url), hold=1.0)
+    lock = _Lock(_plain(database_url), hold=60.0)
     async with make_ator(providers={"s": provider}, tools=[lock.tool()]) as ator:
         scope, thread = await new_thread(ator, "s", config={"caps": {"persist_calls_after": 0.01}})
         await ator.submit(scope, thread.id, "go")
-        while lock.holding is None:  # noqa: ASYNC110 (the tool announces nothing)
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.3)  # the second call streams; the flush waits for the lock
-        assert len(provider.requests) == 2
+        await _until(lambda: len(provider.requests) == 2)  # the second call was sent
+        await _until_a_write_waits_for_a_lock(_plain(database_url))  # the flush, blocked
         await ator.stop(scope, thread.id)
+        handle = ator.actor.running[thread.id]
+        await _until(lambda: handle.reason is not None)  # the turn has the stop
+        lock.release.set()
         end = await wait_for_event(ator, scope, thread.id, ended)
         assert end.data["stop_reason"] == "cancelled:user"
         events = await ator.events(scope, thread.id)
@@ -112,6 +119,28 @@ async def test_a_stop_while_the_held_step_is_written_keeps_it_once(
         (turn,) = await ator.turns(scope, thread.id)
         assert turn.status != "running" and turn.steps == 1
         assert turn.input_tokens == 10 + 7  # both calls billed: the step's, the cut one
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():  # noqa: ASYNC110 (nothing announces these)
+            await asyncio.sleep(0.01)
+
+
+async def _until_a_write_waits_for_a_lock(url: str, timeout: float = 30.0) -> None:
+    conn = await asyncpg.connect(url)
+
+    async def waiting() -> bool:
+        return bool(await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND datname = current_database()"))
+
+    try:
+        async with asyncio.timeout(timeout):
+            while not await waiting():  # noqa: ASYNC110 (PostgreSQL announces no lock wait)
+                await asyncio.sleep(0.01)
+    finally:
+        await conn.close()
 
 
 class _Reader(LoopHook):
