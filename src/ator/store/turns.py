@@ -54,12 +54,15 @@ __all__ = [
     "ModelCallRow",
     "Released",
     "Snapshot",
+    "Started",
+    "Starting",
     "StepPart",
     "StepWrite",
     "TurnStart",
     "get_turn",
     "list_turns",
     "post_turn",
+    "post_turns",
     "reap_lost_turns",
     "start_statement",
     "start_turn",
@@ -69,10 +72,16 @@ __all__ = [
 _KINDS_SQL = ", ".join(f"'{k}'" for k in HISTORY_KINDS)
 
 _START_TURN = f"""
-WITH _ctx AS (
+WITH _in AS (
+  -- The threads to start, one row each (a thread at most once: its lease is held).
+  SELECT * FROM unnest(CAST(:turn_ids AS uuid[]), CAST(:thread_ids AS uuid[]),
+                       CAST(:org_ids AS uuid[]))
+         WITH ORDINALITY AS bi(turn_id, thread_id, org_id, ord)
+), _ctx AS (
   -- Read before anything below writes: every CTE sees the statement's starting snapshot,
   -- so `history` is the thread as it was before this turn's events.
-  SELECT t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
+  SELECT bi.ord AS _ord, bi.turn_id AS _turn_id,
+         t.id, t.org_id, t.setup_id, t.instructions, t.parent_id, t.root_id, t.depth,
          {{columns}}t.deleted_at, s.name AS setup_name, s.provider, s.model, s.persona, s.config,
          s.tool_policy, s.version AS setup_version, {LIMIT_SQL} AS monthly_budget_usd,
          t.instructions_version, o.policy, o.policy_version, o.policy_replace,
@@ -84,89 +93,101 @@ WITH _ctx AS (
              AND e.seq > COALESCE((SELECT (c.data->>'through_seq')::bigint FROM events c
                                     WHERE c.thread_id = t.id AND c.kind = 'compaction'
                                     ORDER BY c.seq DESC LIMIT 1), 0)) AS history
-    FROM threads t
+    FROM _in bi
+    JOIN threads t ON t.id = bi.thread_id AND t.org_id = bi.org_id
     JOIN setups s ON s.id = t.setup_id
     JOIN orgs o ON o.id = t.org_id
-   WHERE t.id = :thread_id AND t.org_id = :org_id
 ), _drained AS (
-  UPDATE mailbox SET turn_id = :turn_id
-   WHERE id IN (SELECT id FROM mailbox
-                 WHERE thread_id = :thread_id AND org_id = :org_id AND turn_id IS NULL
-                 ORDER BY created_at, id
-                 FOR UPDATE SKIP LOCKED)
-     AND EXISTS (SELECT 1 FROM _ctx)
-  RETURNING id, client_message_id, kind, content, sender, created_at, traceparent
+  UPDATE mailbox m SET turn_id = c._turn_id
+    FROM _ctx c
+   WHERE m.id IN (SELECT x.id FROM mailbox x
+                   WHERE (x.thread_id, x.org_id) IN (SELECT id, org_id FROM _ctx)
+                     AND x.turn_id IS NULL
+                   ORDER BY x.created_at, x.id
+                   FOR UPDATE SKIP LOCKED)
+     AND m.thread_id = c.id
+  RETURNING m.thread_id, m.id, m.client_message_id, m.kind, m.content, m.sender,
+            m.created_at, m.traceparent
 ){{posted}}, _taken AS (
-  -- What this turn takes: the pending items, then the one posted with it (if any).
+  -- What each turn takes: the pending items, then the one posted with it (if any).
   SELECT 0 AS src, * FROM _drained{{posted_union}}
+), _live AS (
+  SELECT c.* FROM _ctx c WHERE EXISTS (SELECT 1 FROM _taken k WHERE k.thread_id = c.id)
 ), _turn AS (
   -- The config snapshot is frozen from _ctx by the engine and written with the first step.
   INSERT INTO turns (id, org_id, thread_id, status, config_snapshot, config_hash, owner)
-  SELECT :turn_id, :org_id, :thread_id, 'running', '{{}}'::jsonb, '', :owner
-   WHERE EXISTS (SELECT 1 FROM _taken)
-  RETURNING id
+  SELECT _turn_id, org_id, id, 'running', '{{}}'::jsonb, '', :owner FROM _live
+  RETURNING id, thread_id
 ), _stale AS (
   -- We hold the thread's lease, so a turn still marked running here lost its owner.
-  UPDATE turns SET status = 'lost', stop_reason = 'error:lost', ended_at = now(),
-                   error = 'owner lost its lease'
-   WHERE thread_id = :thread_id AND org_id = :org_id AND status = 'running'
-     AND EXISTS (SELECT 1 FROM _taken)
-  RETURNING id
+  UPDATE turns u SET status = 'lost', stop_reason = 'error:lost', ended_at = now(),
+                     error = 'owner lost its lease'
+   WHERE (u.thread_id, u.org_id) IN (SELECT id, org_id FROM _live) AND u.status = 'running'
+  RETURNING u.id, u.thread_id
 ), _parts AS (
-  SELECT 0 AS grp, 0::bigint AS sub, 'turn_ended' AS kind,
+  SELECT thread_id, 0 AS grp, 0::bigint AS sub, 'turn_ended' AS kind,
          jsonb_build_object('turn_id', id::text, 'status', 'lost',
                             'stop_reason', 'error:lost',
                             'error', 'owner lost its lease') AS data
     FROM _stale
   UNION ALL
-  SELECT 1, 0, 'turn_started',
+  SELECT id, 1, 0, 'turn_started',
          -- Where the thread sits in its tree of threads, for the org room's push (a tree
          -- view re-reads itself when a thread below it starts a turn).
-         jsonb_build_object('turn_id', CAST(:turn_id AS text), 'owner', CAST(:owner AS text),
-                            'parent_id', (SELECT parent_id::text FROM _ctx),
-                            'root_id', (SELECT root_id::text FROM _ctx))
+         jsonb_build_object('turn_id', _turn_id::text, 'owner', CAST(:owner AS text),
+                            'parent_id', parent_id::text, 'root_id', root_id::text)
+    FROM _live
   UNION ALL
-  SELECT 2, row_number() OVER (ORDER BY src, created_at, id), kind,
-         content || jsonb_build_object('client_message_id', client_message_id,
-                                       'mailbox_id', id::text, 'sender', sender::text)
+  SELECT thread_id, 2, row_number() OVER (PARTITION BY thread_id ORDER BY src, created_at, id),
+         kind, content || jsonb_build_object('client_message_id', client_message_id,
+                                             'mailbox_id', id::text, 'sender', sender::text)
     FROM _taken
 ), _items AS (
-  SELECT row_number() OVER (ORDER BY grp, sub) AS ord, kind, data FROM _parts
+  SELECT thread_id, row_number() OVER (PARTITION BY thread_id ORDER BY grp, sub) AS ord, kind,
+         data
+    FROM _parts
 ), _seq AS (
-  UPDATE threads SET last_seq = last_seq + (SELECT count(*) FROM _items)
-   WHERE id = :thread_id AND org_id = :org_id AND EXISTS (SELECT 1 FROM _turn)
-  RETURNING last_seq - (SELECT count(*) FROM _items) AS base
+  UPDATE threads t SET last_seq = t.last_seq + n.n
+    FROM (SELECT thread_id, count(*) AS n FROM _items GROUP BY thread_id) n
+   WHERE t.id = n.thread_id AND t.id IN (SELECT thread_id FROM _turn)
+  RETURNING t.id, t.last_seq - n.n AS base
 ), _ev AS (
   INSERT INTO events (org_id, thread_id, turn_id, seq, kind, data)
-  SELECT :org_id, :thread_id, :turn_id, _seq.base + i.ord, i.kind, i.data
-    FROM _seq, _items i
-  RETURNING seq, kind, data, created_at
+  SELECT c.org_id, c.id, c._turn_id, s.base + i.ord, i.kind, i.data
+    FROM _seq s JOIN _live c ON c.id = s.id JOIN _items i ON i.thread_id = s.id
+  RETURNING thread_id, seq, kind, data, created_at
 )
 SELECT _ctx.*,
        (SELECT COALESCE(jsonb_agg(jsonb_build_object('seq', seq, 'kind', kind, 'data', data,
                                                      'created_at', created_at) ORDER BY seq),
                         '[]')
-          FROM _ev) AS events{{items}}
+          FROM _ev WHERE _ev.thread_id = _ctx.id) AS events{{items}}
   FROM _ctx
 """
 # An item posted to an idle thread is inserted already taken by the turn this statement
 # starts (a CTE cannot see a row a sibling CTE inserts, so it is not drained: it is born
 # drained). Its client id is unique per thread as in `mailbox.submit`: a resend inserts
-# nothing, and then only what was pending starts a turn.
+# nothing, and then only what was pending starts a turn. One post per thread, in the order of
+# `_in` (`p.ord` is the entry's).
 _POSTED = """, _posted AS (
   INSERT INTO mailbox (id, org_id, thread_id, client_message_id, kind, content, sender,
                        traceparent, turn_id)
-  SELECT :p_id, t.org_id, t.id, :p_cmid, :p_kind, CAST(:p_content AS jsonb), :p_sender,
-         :p_traceparent, :turn_id
-    FROM threads t
-   WHERE t.id = :thread_id AND t.org_id = :org_id AND t.deleted_at IS NULL
+  SELECT p.id, t.org_id, t.id, p.cmid, p.kind, CAST(p.content AS jsonb), p.sender,
+         p.traceparent, bi.turn_id
+    FROM unnest(CAST(:p_ids AS uuid[]), CAST(:p_cmids AS text[]), CAST(:p_kinds AS text[]),
+                CAST(:p_contents AS text[]), CAST(:p_senders AS uuid[]),
+                CAST(:p_traceparents AS text[]))
+           WITH ORDINALITY AS p(id, cmid, kind, content, sender, traceparent, ord)
+    JOIN _in bi ON bi.ord = p.ord
+    JOIN threads t ON t.id = bi.thread_id AND t.org_id = bi.org_id
+   WHERE t.deleted_at IS NULL
   ON CONFLICT ON CONSTRAINT uq_mailbox_thread_client DO NOTHING
-  RETURNING id, client_message_id, kind, content, sender, created_at, traceparent
+  RETURNING thread_id, id, client_message_id, kind, content, sender, created_at, traceparent
 )"""
 _POSTED_UNION = """
   UNION ALL SELECT 1, * FROM _posted"""
-_POSTED_SELECT = (",\n       (SELECT id FROM _posted) AS posted_id,"
-                  " (SELECT created_at FROM _posted) AS posted_at")
+_POSTED_SELECT = (",\n       (SELECT id FROM _posted p WHERE p.thread_id = _ctx.id) AS posted_id,"
+                  " (SELECT created_at FROM _posted p WHERE p.thread_id = _ctx.id) AS posted_at")
 
 Columns = Sequence[tuple[str, str]]
 _START_STATEMENTS: dict[tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], bool],
@@ -181,13 +202,14 @@ def start_statement(columns: Columns = (), item_columns: Columns = (), *,
     client_message_id, kind, content, sender, created_at, traceparent, and `src` — 0 for
     pending items, 1 for the one posted with the turn — in the order `src, created_at, id`).
     `posting`: the variant that also inserts a posted item (`post_turn`). Built once per
-    shape (the engine's columns are fixed when it is assembled)."""
+    shape (the engine's columns are fixed when it is assembled). It starts any number of
+    threads' turns at once (`post_turns`): one row per thread found, `_ord` its entry."""
     key = (tuple(columns), tuple(item_columns), posting)
     found = _START_STATEMENTS.get(key)
     if found is None:
         extra = "".join(f"({sql}) AS x_{name},\n         " for name, sql in key[0])
-        items = "".join(f",\n       (SELECT {sql} FROM _taken d) AS x_{name}"
-                        for name, sql in key[1])
+        items = "".join(f",\n       (SELECT {sql} FROM _taken d WHERE d.thread_id = _ctx.id)"
+                        f" AS x_{name}" for name, sql in key[1])
         if posting:
             items += _POSTED_SELECT
         found = sa.text(_START_TURN.replace("{columns}", extra)
@@ -227,6 +249,20 @@ class TurnStart:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Starting:
+    """One thread's turn to start (`post_turns`): its scope, thread, new turn id and, for a
+    message posted to the idle thread, the post its start inserts."""
+
+    scope: Scope
+    thread_id: UUID
+    turn_id: UUID
+    post: Post | None = None
+
+
+Started = tuple[TurnStart, list[Event], MailboxItem | None]
+
+
 async def start_turn(
     db: Database, scope: Scope, thread_id: UUID, turn_id: UUID, *, owner: str,
     columns: Columns = (), item_columns: Columns = (),
@@ -237,15 +273,16 @@ async def start_turn(
     since we hold the lease); no events means nothing was pending and no turn was created.
 
     Raises NotFound when the thread is not this org's."""
-    start, events, _ = await _start(db, scope, thread_id, turn_id, owner=owner,
-                                    columns=columns, item_columns=item_columns, post=None)
+    start, events, _ = _one(await _start(db, [Starting(scope, thread_id, turn_id)],
+                                         owner=owner, columns=columns,
+                                         item_columns=item_columns, posting=False))
     return start, events
 
 
 async def post_turn(
     db: Database, scope: Scope, thread_id: UUID, turn_id: UUID, post: Post, *, owner: str,
     columns: Columns = (), item_columns: Columns = (),
-) -> tuple[TurnStart, list[Event], MailboxItem | None]:
+) -> Started:
     """`start_turn` that also inserts `post` into the mailbox, taken by the turn it starts:
     one statement for a message to an idle thread (the caller holds its lease). The third
     value is the inserted item, None when nothing was inserted (the client id was used
@@ -253,24 +290,49 @@ async def post_turn(
     a turn, and the caller answers the post the way `mailbox.submit` does.
 
     Raises NotFound when the thread is not this org's."""
-    return await _start(db, scope, thread_id, turn_id, owner=owner, columns=columns,
-                        item_columns=item_columns, post=post)
+    return _one(await post_turns(db, [Starting(scope, thread_id, turn_id, post)], owner=owner,
+                                 columns=columns, item_columns=item_columns))
+
+
+async def post_turns(
+    db: Database, starting: Sequence[Starting], *, owner: str,
+    columns: Columns = (), item_columns: Columns = (),
+) -> list[Started | NotFound]:
+    """`post_turn` for many threads (each with its post; the caller holds every lease) in
+    one statement and one commit: per entry, in order, what `post_turn` returns, or the
+    NotFound it would raise. The statement is all or nothing: an error (a value the database
+    refuses in one post) fails every entry, and nothing of any entry was written."""
+    return await _start(db, starting, owner=owner, columns=columns,
+                        item_columns=item_columns, posting=True)
+
+
+def _one(results: list[Started | NotFound]) -> Started:
+    if isinstance(results[0], NotFound):
+        raise results[0]
+    return results[0]
 
 
 async def _start(
-    db: Database, scope: Scope, thread_id: UUID, turn_id: UUID, *, owner: str,
-    columns: Columns, item_columns: Columns, post: Post | None,
-) -> tuple[TurnStart, list[Event], MailboxItem | None]:
-    params = {"turn_id": turn_id, "thread_id": thread_id, "org_id": scope.org_id,
-              "owner": owner}
-    if post is not None:
-        params.update({f"p_{k}": v for k, v in post.params(scope, thread_id).items()
-                       if k not in params})
-    statement = start_statement(columns, item_columns, posting=post is not None)
-    rows = await db.fetch(statement, params, write=True)
-    if not rows:
-        raise NotFound("thread not found")
-    r = rows[0]
+    db: Database, starting: Sequence[Starting], *, owner: str,
+    columns: Columns, item_columns: Columns, posting: bool,
+) -> list[Started | NotFound]:
+    params: dict[str, Any] = {
+        "turn_ids": [s.turn_id for s in starting],
+        "thread_ids": [s.thread_id for s in starting],
+        "org_ids": [s.scope.org_id for s in starting], "owner": owner}
+    if posting:
+        posts = [s.post.params(s.scope, s.thread_id) for s in starting if s.post is not None]
+        if len(posts) != len(starting):
+            raise ValueError("every entry of post_turns needs its post")
+        for name in ("id", "cmid", "kind", "content", "sender", "traceparent"):
+            params[f"p_{name}s"] = [p[name] for p in posts]
+    statement = start_statement(columns, item_columns, posting=posting)
+    rows = {r["_ord"]: r for r in await db.fetch(statement, params, write=True)}
+    return [_started(rows[i], s, columns, item_columns) if i in rows
+            else NotFound("thread not found") for i, s in enumerate(starting, 1)]
+
+
+def _started(r: Any, s: Starting, columns: Columns, item_columns: Columns) -> Started:
     ctx = TurnStart(
         r["id"], r["org_id"], r["setup_id"], r["setup_name"], r["setup_version"],
         r["provider"], r["model"], r["persona"], r["config"], r["tool_policy"],
@@ -280,13 +342,14 @@ async def _start(
         r["policy_replace"], {name: r[f"x_{name}"] for name, _sql in (*columns, *item_columns)},
     )
     events = [
-        Event(e["seq"], e["kind"], e["data"], turn_id, _ts(e["created_at"]), thread_id)
+        Event(e["seq"], e["kind"], e["data"], s.turn_id, _ts(e["created_at"]), s.thread_id)
         for e in r["events"]
     ]
     posted = None
-    if post is not None and r["posted_id"] is not None:
-        posted = MailboxItem(r["posted_id"], thread_id, post.client_message_id, post.kind,
-                             post.content, post.sender, turn_id, r["posted_at"])
+    if s.post is not None and r["posted_id"] is not None:
+        posted = MailboxItem(r["posted_id"], s.thread_id, s.post.client_message_id,
+                             s.post.kind, s.post.content, s.post.sender, s.turn_id,
+                             r["posted_at"])
     return ctx, events, posted
 
 
