@@ -7,8 +7,9 @@ engine; imports coord, store, engine.turn).
            ─► run a turn ─► release unless marked again (one step; marked: run another)
            ─► slot to the next thread
     post   ─► (no pump here, a free slot) claim ─► the INSERT *is* the turn's start
-              statement (`store.turns.post_turn`) ─► run it ─► … as a pump; lease held
-              elsewhere (busy) or nothing inserted (a resend): submit as above
+              statement (`store.turns.post_turn`; a burst's starts share one,
+              engine.starts) ─► run it ─► … as a pump; lease held elsewhere (busy) or
+              nothing inserted (a resend): submit as above
 
 A post to an idle thread is one statement where a submit and a wake are two commits: it
 keeps the mailbox's guarantees because the insert is the same unique-per-client-id insert

@@ -43,6 +43,7 @@ from ator.engine.budget import BudgetGate
 from ator.engine.config import FrozenConfig, freeze
 from ator.engine.context_policy import ContextPolicy
 from ator.engine.publish import Publisher
+from ator.engine.starts import StartBatcher
 from ator.engine.steps import StepWriter, TurnLost
 from ator.errors import AtorError, CoordinationError
 from ator.foreground import Foreground
@@ -165,6 +166,9 @@ class TurnRunner:
         self.fields = tuple(fields)
         self._columns = tuple((f.name, f.sql) for f in self.fields if f.over == "thread")
         self._item_columns = tuple((f.name, f.sql) for f in self.fields if f.over == "items")
+        # Posts to idle threads that start at once share a statement (engine.starts).
+        self._starts = StartBatcher(db, owner=owner, columns=self._columns,
+                                    item_columns=self._item_columns)
         self.cap_groups = tuple(cap_groups)
 
     async def run(
@@ -191,9 +195,8 @@ class TurnRunner:
                     columns=self._columns, item_columns=self._item_columns)
             else:
                 try:
-                    start, started, posted = await turn_store.post_turn(
-                        self.db, scope, thread_id, turn_id, posting.post, owner=self.owner,
-                        columns=self._columns, item_columns=self._item_columns)
+                    start, started, posted = await self._starts.post(turn_store.Starting(
+                        scope, thread_id, turn_id, posting.post))
                 except BaseException as exc:
                     posting.fail(exc)
                     raise

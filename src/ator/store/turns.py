@@ -9,7 +9,8 @@ A turn costs few round trips by design (each is measured in tests and bench/):
                     items (FOR UPDATE SKIP LOCKED), insert the turn, append `turn_started`
                     and the items as events. `post_turn` is the same statement that also
                     inserts the message being posted (to an idle thread): its mailbox
-                    commit and its turn's start are one.
+                    commit and its turn's start are one. `post_turns` is that statement
+                    for many threads at once (engine/starts.py batches a burst into it).
 2. `write_step`     one write per persistence point: events + turn usage/heartbeat
                     (+ model_calls row + org month usage) (+ finishing the turn).
 
