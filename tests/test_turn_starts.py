@@ -79,7 +79,8 @@ async def test_one_statement_starts_many_threads_each_as_its_own_post_turn(make_
         start_t, events_t, item_t = got[4]  # type: ignore[misc]
         assert start_t.deleted and item_t is None and events_t == []
 
-        turns = await _rows(ator, "SELECT thread_id, id, owner FROM turns ORDER BY thread_id")
+        turns = await _rows(ator, "SELECT thread_id, id, owner FROM turns WHERE thread_id = "
+                            "ANY(:ids)", ids=[a.id, b.id, foreign.id, resent.id, trashed.id])
         assert {(r.thread_id, r.id, r.owner) for r in turns} == {
             (a.id, entries[0].turn_id, "me"), (b.id, entries[1].turn_id, "me")}
         seqs = await _rows(ator, "SELECT id, last_seq FROM threads WHERE id = ANY(:ids)",
