@@ -33,6 +33,7 @@ class _Lock:
         self.release = asyncio.Event()
         self.released: float | None = None
         self.holding: asyncio.Task[None] | None = None
+        self.conn: asyncpg.Connection | None = None
 
     async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> str:
         locked = asyncio.Event()
@@ -40,8 +41,12 @@ class _Lock:
         await locked.wait()
         return "locked"
 
+    async def connect(self) -> None:
+        """Open the lock's connection before the turn, so the tool is one quick statement."""
+        self.conn = await asyncpg.connect(self.url)
+
     async def _hold(self, thread_id: Any, locked: asyncio.Event) -> None:
-        conn = await asyncpg.connect(self.url)
+        conn = self.conn or await asyncpg.connect(self.url)
         try:
             async with conn.transaction():
                 await conn.execute("SELECT 1 FROM threads WHERE id = $1 FOR UPDATE", thread_id)
@@ -101,8 +106,12 @@ async def test_a_stop_while_the_held_step_is_written_keeps_it_once(
         ScriptStep(text="never", hang_after_text=True, usage=Usage(7, 3))])
     provider.record_requests = True
     lock = _Lock(_plain(database_url), hold=60.0)
+    await lock.connect()
     async with make_ator(providers={"s": provider}, tools=[lock.tool()]) as ator:
-        scope, thread = await new_thread(ator, "s", config={"caps": {"persist_calls_after": 0.01}})
+        # The tool (one statement on an open connection) ends well within the cap, so what
+        # is held is flushed during the second call, not during the tool: with a 10 ms cap a
+        # loaded CI machine flushed during the tool, which then waited on its own lock.
+        scope, thread = await new_thread(ator, "s", config={"caps": {"persist_calls_after": 0.5}})
         await ator.submit(scope, thread.id, "go")
         await _until(lambda: len(provider.requests) == 2)  # the second call was sent
         await _until_a_write_waits_for_a_lock(_plain(database_url))  # the flush, blocked
